@@ -1,0 +1,459 @@
+//! The subcommands.
+
+use crate::claude_cli;
+use crate::setup::Context;
+use anyhow::{Context as _, bail};
+use claude_host_proxy::{ProxyConfig, ProxyHandle};
+use claude_host_upstream::credentials::{StoredCredential, TokenSource};
+use claude_host_upstream::device_flow::{DEFAULT_CLIENT_ID, DEFAULT_SCOPE, DeviceFlow, PollProgress};
+use claude_host_upstream::{Upstream, http_client};
+use serde_json::json;
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `login` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LoginArgs {
+    /// OAuth app client id.
+    #[arg(long, env = "CLAUDE_HOST_GITHUB_CLIENT_ID", default_value = DEFAULT_CLIENT_ID)]
+    client_id: String,
+    /// OAuth scope.
+    #[arg(long, default_value = DEFAULT_SCOPE)]
+    scope: String,
+}
+
+/// `proxy` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProxyArgs {
+    /// Port on 127.0.0.1 (default: any free port).
+    #[arg(long, conflicts_with = "listen")]
+    port: Option<u16>,
+    /// Listen on this address instead of loopback (prints a warning when not loopback).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Print `{"base_url","auth_token","pid"}` as one JSON line instead of shell exports.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    tuning: ProxyTuning,
+}
+
+/// Proxy knobs shared by `proxy` and `claude`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProxyTuning {
+    /// Seconds of upstream silence before a `ping` event is sent downstream.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    ping_interval: f64,
+    /// Largest request body accepted, in MiB.
+    #[arg(long, default_value_t = 32, value_name = "MIB")]
+    body_limit_mib: usize,
+    /// Comma-separated `anthropic-beta` families forwarded to Copilot.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    beta_allowlist: Option<Vec<String>>,
+}
+
+impl ProxyTuning {
+    fn config(&self, listen: SocketAddr) -> anyhow::Result<ProxyConfig> {
+        if !(self.ping_interval.is_finite() && self.ping_interval > 0.0) {
+            bail!("--ping-interval must be a positive number of seconds");
+        }
+        let mut config = ProxyConfig {
+            listen,
+            body_limit: self.body_limit_mib * 1024 * 1024,
+            ping_interval: Duration::from_secs_f64(self.ping_interval),
+            ..ProxyConfig::default()
+        };
+        if let Some(list) = &self.beta_allowlist {
+            config.beta_families = list.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+        }
+        Ok(config)
+    }
+}
+
+/// `claude` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClaudeArgs {
+    #[command(flatten)]
+    tuning: ProxyTuning,
+    /// Arguments passed to Claude Code unchanged.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    args: Vec<std::ffi::OsString>,
+}
+
+pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<ExitCode> {
+    let flow = DeviceFlow::new(http_client()?, &ctx.opts.github_url, &args.client_id, &args.scope);
+    let code = flow.request_code().await?;
+    eprintln!("To sign in, open {} and enter the code: {}", code.verification_uri, code.user_code);
+    let tty = std::io::stderr().is_terminal();
+    let granted = flow
+        .poll(&code, |p| match p {
+            PollProgress::Pending(n) if tty => {
+                eprint!("\rWaiting for approval on GitHub… ({n} checks)");
+                let _ = std::io::stderr().flush();
+            }
+            PollProgress::Pending(_) => {}
+            PollProgress::SlowDown(i) => {
+                eprintln!("\nGitHub asked to slow down; checking every {} s", i.as_secs());
+            }
+        })
+        .await;
+    if tty {
+        eprintln!();
+    }
+    let granted = granted?;
+    let mut login = None;
+    let copilot = claude_host_upstream::copilot::CopilotUpstream::new(
+        http_client()?,
+        granted.access_token.clone(),
+        ctx.endpoints(),
+        Default::default(),
+        Default::default(),
+    );
+    match copilot.github_user().await {
+        Ok(user) => login = user.get("login").and_then(|l| l.as_str()).map(str::to_owned),
+        Err(e) => tracing::warn!(error = %e, "signed in, but could not read the GitHub user"),
+    }
+    ctx.store.save(&StoredCredential {
+        github_token: granted.access_token,
+        login: login.clone(),
+        obtained_at: now_unix(),
+        client_id: Some(args.client_id),
+        scope: granted.scope,
+    })?;
+    println!(
+        "Signed in{}. Credential saved to {} (mode 0600).",
+        login.map(|l| format!(" as {l}")).unwrap_or_default(),
+        ctx.store.path().display()
+    );
+    if let Err(e) = copilot.token().await {
+        eprintln!("warning: {e}");
+    }
+    for var in ["GH_TOKEN", "GITHUB_TOKEN"] {
+        if std::env::var_os(var).is_some() {
+            eprintln!("note: {var} is set in the environment and takes precedence over the saved credential");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn logout(ctx: &Context) -> anyhow::Result<ExitCode> {
+    if ctx.store.delete()? {
+        println!("Removed {}.", ctx.store.path().display());
+    } else {
+        println!("Not signed in (no {}).", ctx.store.path().display());
+    }
+    for var in ["GH_TOKEN", "GITHUB_TOKEN"] {
+        if std::env::var_os(var).is_some() {
+            eprintln!("note: {var} is still set in the environment and will keep being used");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
+    let Some(token) = ctx.github_token()? else {
+        if as_json {
+            println!("{}", json!({"signed_in": false}));
+        } else {
+            println!("Not signed in. Run `claude-host login`.");
+        }
+        return Ok(ExitCode::from(1));
+    };
+    let source = match &token.source {
+        TokenSource::Env(v) => format!("env {v}"),
+        TokenSource::File(p) => p.display().to_string(),
+    };
+    let copilot = ctx.copilot()?;
+    let user = copilot.github_user().await;
+    let info = copilot.user_info().await;
+    let minted = copilot.token().await;
+    let now = now_unix();
+    let login = user
+        .as_ref()
+        .ok()
+        .and_then(|u| u.get("login").and_then(|l| l.as_str()).map(str::to_owned))
+        .or(token.login.clone());
+    let errors: Vec<String> = [user.as_ref().err(), info.as_ref().err()]
+        .into_iter()
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
+    let report = json!({
+        "signed_in": true,
+        "login": login,
+        "credential_source": source,
+        "copilot_plan": info.as_ref().ok().and_then(|i| i.get("copilot_plan").cloned()),
+        "quota_reset_date": info.as_ref().ok().and_then(|i| i.get("quota_reset_date").cloned()),
+        "quota_snapshots": info.as_ref().ok().and_then(|i| i.get("quota_snapshots").cloned()),
+        "copilot_token": match &minted {
+            Ok(t) => json!({"valid": true, "expires_in_secs": t.expires_at - now, "refresh_in_secs": t.refresh_at - now, "api": t.api_base, "sku": t.sku}),
+            Err(e) => json!({"valid": false, "error": e.to_string()}),
+        },
+        "errors": errors,
+    });
+    if as_json {
+        println!("{report}");
+    } else {
+        println!("Signed in as {} (credential: {source})", login.as_deref().unwrap_or("<unknown>"));
+        match &info {
+            Ok(i) => {
+                println!("Copilot plan: {}", i.get("copilot_plan").and_then(|p| p.as_str()).unwrap_or("unknown"));
+                if let Some(q) = i.pointer("/quota_snapshots/premium_interactions") {
+                    if q.get("unlimited").and_then(|u| u.as_bool()) == Some(true) {
+                        println!("Premium requests: unlimited");
+                    } else {
+                        println!(
+                            "Premium requests: {} of {} left ({}%), resets {}",
+                            q.get("remaining").unwrap_or(&json!("?")),
+                            q.get("entitlement").unwrap_or(&json!("?")),
+                            q.get("percent_remaining").and_then(|p| p.as_f64()).map_or("?".into(), |p| format!("{p:.0}")),
+                            i.get("quota_reset_date").and_then(|d| d.as_str()).unwrap_or("?")
+                        );
+                    }
+                }
+            }
+            Err(e) => println!("Copilot plan: unavailable ({e})"),
+        }
+        match &minted {
+            Ok(t) => println!(
+                "Copilot token: valid for {} more, refreshed in {} (API {})",
+                human_secs(t.expires_at - now),
+                human_secs(t.refresh_at - now),
+                t.api_base
+            ),
+            Err(e) => println!("Copilot token: {e}"),
+        }
+    }
+    Ok(if minted.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
+    let upstream = ctx.upstream()?;
+    let catalog = upstream.catalog().await?;
+    if as_json {
+        let models: Vec<_> = catalog
+            .models
+            .iter()
+            .map(|m| {
+                json!({"id": m.sdk_id, "upstream_id": m.upstream_id, "display_name": m.display_name,
+                       "default": m.is_default, "effort_levels": m.effort_levels,
+                       "max_prompt_tokens": m.max_prompt_tokens, "max_output_tokens": m.max_output_tokens})
+            })
+            .collect();
+        println!("{}", json!({"upstream": upstream.name(), "models": models}));
+    } else if catalog.models.is_empty() {
+        println!("No Claude models offered by the {} upstream.", upstream.name());
+    } else {
+        let width = catalog.models.iter().map(|m| m.sdk_id.len()).max().unwrap_or(0);
+        for m in &catalog.models {
+            println!(
+                "{:width$}  {}{}{}",
+                m.sdk_id,
+                m.display_name,
+                if m.is_default { "  (default)" } else { "" },
+                if m.effort_levels.is_empty() {
+                    String::new()
+                } else {
+                    format!("  effort: {}", m.effort_levels.join("/"))
+                }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn start_proxy(ctx: &Context, config: ProxyConfig) -> anyhow::Result<(ProxyHandle, Arc<dyn Upstream>)> {
+    let upstream = ctx.upstream()?;
+    let handle = claude_host_proxy::start(config, upstream.clone()).await?;
+    Ok((handle, upstream))
+}
+
+pub(crate) async fn proxy(ctx: &Context, args: ProxyArgs) -> anyhow::Result<ExitCode> {
+    let listen = match (args.listen, args.port) {
+        (Some(addr), _) => {
+            if !addr.ip().is_loopback() {
+                eprintln!(
+                    "warning: listening on {addr}, which is reachable from other machines; the nonce is the only protection"
+                );
+            }
+            addr
+        }
+        (None, port) => SocketAddr::from(([127, 0, 0, 1], port.unwrap_or(0))),
+    };
+    let (handle, upstream) = start_proxy(ctx, args.tuning.config(listen)?).await?;
+    let session = format!("proxy-{}", &uuid_simple()[..12]);
+    let token = handle.auth_token(&session);
+    if args.json {
+        println!(
+            "{}",
+            json!({"base_url": handle.base_url(), "auth_token": token, "pid": std::process::id()})
+        );
+    } else {
+        println!("export ANTHROPIC_BASE_URL={}", handle.base_url());
+        println!("export ANTHROPIC_AUTH_TOKEN={token}");
+        eprintln!(
+            "# claude-host proxy ({} upstream) is running; paste the lines above into a shell, also set \
+             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 and unset ANTHROPIC_API_KEY, then run `claude`. Ctrl-C stops it.",
+            upstream.name()
+        );
+    }
+    let _ = std::io::stdout().flush();
+    wait_for_stop_signal().await;
+    tracing::info!("shutting down the proxy");
+    handle.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
+
+pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<ExitCode> {
+    let cli = claude_cli::locate(ctx.opts.claude_path.as_deref(), &ctx.home, !ctx.opts.no_install).await?;
+    let (handle, _upstream) = start_proxy(ctx, args.tuning.config(SocketAddr::from(([127, 0, 0, 1], 0)))?).await?;
+    let session = uuid_simple();
+    let mut cmd = tokio::process::Command::new(&cli.path);
+    cmd.args(&args.args)
+        .env("ANTHROPIC_BASE_URL", handle.base_url())
+        .env("ANTHROPIC_AUTH_TOKEN", handle.auth_token(&session))
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        // The CLI must never see a real credential: only the proxy holds them.
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("GH_TOKEN")
+        .env_remove("GITHUB_TOKEN")
+        .env_remove("NODE_OPTIONS")
+        .kill_on_drop(true);
+    die_with_parent(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {}", cli.path.display()))?;
+    // The child shares the terminal and its foreground process group (it is interactive), so
+    // Ctrl-C reaches it directly; we only keep running until it exits.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let status = loop {
+        tokio::select! {
+            s = child.wait() => break s?,
+            _ = int.recv() => {}
+            _ = term.recv() => {
+                if let Some(pid) = child.id() {
+                    send_signal(pid, libc::SIGTERM);
+                }
+            }
+        }
+    };
+    handle.shutdown().await;
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: prctl is async-signal-safe; the closure runs in the forked child before exec and
+    // touches no memory shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+}
+
+#[allow(unsafe_code)]
+fn send_signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped).
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+pub(crate) async fn install_cli(ctx: &Context, force: bool) -> anyhow::Result<ExitCode> {
+    let path = claude_cli::install_pinned(&ctx.home, force).await?;
+    println!("{}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    let mut report = |ok: bool, what: &str, detail: String| {
+        println!("{} {what}: {detail}", if ok { "ok  " } else { "FAIL" });
+        failed |= !ok;
+    };
+    match claude_cli::locate(ctx.opts.claude_path.as_deref(), &ctx.home, false).await {
+        Ok(cli) => report(
+            true,
+            "Claude Code CLI",
+            format!(
+                "{} ({}, {}){}",
+                cli.version,
+                cli.path.display(),
+                cli.origin,
+                if cli.version == claude_cli::PINNED_VERSION { String::new() } else { format!(" — pinned version is {}", claude_cli::PINNED_VERSION) }
+            ),
+        ),
+        Err(e) => report(false, "Claude Code CLI", format!("{e:#}")),
+    }
+    if ctx.opts.upstream == "copilot" {
+        match ctx.github_token() {
+            Ok(Some(t)) => report(true, "GitHub credential", t.source.to_string()),
+            Ok(None) => report(false, "GitHub credential", "not signed in; run `claude-host login`".into()),
+            Err(e) => report(false, "GitHub credential", e.to_string()),
+        }
+        if let Ok(copilot) = ctx.copilot() {
+            match copilot.token().await {
+                Ok(t) => report(true, "Copilot API", format!("token minted, API {}", t.api_base)),
+                Err(e) => report(false, "Copilot API", e.to_string()),
+            }
+        }
+    }
+    match ctx.upstream() {
+        Ok(up) => match up.catalog().await {
+            Ok(c) if !c.models.is_empty() || !c.strict => report(
+                true,
+                "Models",
+                format!("{} Claude models from {}", c.models.len(), up.name()),
+            ),
+            Ok(_) => report(false, "Models", "the upstream offers no Claude models".into()),
+            Err(e) => report(false, "Models", e.to_string()),
+        },
+        Err(e) => report(false, "Upstream", format!("{e:#}")),
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn human_secs(s: i64) -> String {
+    if s < 0 {
+        return "expired".into();
+    }
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn now_unix() -> i64 {
+    use claude_host_upstream::clock::{Clock, SystemClock};
+    SystemClock.now_unix()
+}
+
+fn uuid_simple() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,92 @@
+//! `claude-host`: run Claude Code on a GitHub Copilot plan through a secure local proxy.
+
+mod claude_cli;
+mod commands;
+mod setup;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Run Claude Code on your GitHub Copilot plan through a secure local proxy.
+#[derive(Debug, Parser)]
+#[command(name = "claude-host", version, about, long_about = None)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    global: setup::GlobalOpts,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Sign in to GitHub with the device flow and store the credential (mode 0600).
+    Login(commands::LoginArgs),
+    /// Forget the stored GitHub credential.
+    Logout,
+    /// Show who is signed in, the Copilot plan and quota, and token freshness.
+    Status {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the Claude models the upstream offers.
+    Models {
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the Anthropic-compatible proxy in the foreground for your own `claude`.
+    Proxy(commands::ProxyArgs),
+    /// Run the Claude Code CLI through the proxy, passing ARGS through.
+    Claude(commands::ClaudeArgs),
+    /// Install the pinned Claude Code CLI with npm.
+    InstallCli {
+        /// Reinstall even if it is already present.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check the CLI, credentials, Copilot reachability and models.
+    Doctor,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let log_to_file = matches!(cli.command, Command::Claude(_));
+    let _log_guard = setup::init_logging(&cli.global, log_to_file);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        let ctx = setup::Context::new(cli.global)?;
+        match cli.command {
+            Command::Login(args) => commands::login(&ctx, args).await,
+            Command::Logout => commands::logout(&ctx),
+            Command::Status { json } => commands::status(&ctx, json).await,
+            Command::Models { json } => commands::models(&ctx, json).await,
+            Command::Proxy(args) => commands::proxy(&ctx, args).await,
+            Command::Claude(args) => commands::claude(&ctx, args).await,
+            Command::InstallCli { force } => commands::install_cli(&ctx, force).await,
+            Command::Doctor => commands::doctor(&ctx).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The default data directory: `$XDG_DATA_HOME/claude-host` or `~/.local/share/claude-host`.
+pub(crate) fn default_home() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(x).join("claude-host"));
+    }
+    std::env::home_dir().map(|h| h.join(".local/share/claude-host"))
+}

@@ -1,0 +1,144 @@
+//! Global options, the data directory, logging, and building the upstream.
+
+use anyhow::{Context as _, bail};
+use claude_host_upstream::anthropic::{AnthropicUpstream, DEFAULT_BASE_URL};
+use claude_host_upstream::copilot::{ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream};
+use claude_host_upstream::credentials::{CredentialStore, GithubToken};
+use claude_host_upstream::record::RecordingUpstream;
+use claude_host_upstream::replay::ReplayUpstream;
+use claude_host_upstream::{Upstream, http_client};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Options every command accepts.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GlobalOpts {
+    /// Data directory (credentials, installed CLI, logs).
+    #[arg(long, global = true, env = "CLAUDE_HOST_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// GitHub web URL (device flow); change for GitHub Enterprise.
+    #[arg(long, global = true, env = "CLAUDE_HOST_GITHUB_URL", default_value = "https://github.com")]
+    pub github_url: String,
+    /// GitHub API URL.
+    #[arg(long, global = true, env = "CLAUDE_HOST_GITHUB_API_URL", default_value = "https://api.github.com")]
+    pub github_api_url: String,
+    /// Copilot API URL (default: the one the Copilot token names).
+    #[arg(long, global = true, env = "CLAUDE_HOST_COPILOT_API_URL")]
+    pub copilot_api_url: Option<String>,
+    /// Where model calls go: `copilot`, `anthropic` (uses ANTHROPIC_API_KEY) or `replay:FILE`.
+    #[arg(long, global = true, env = "CLAUDE_HOST_UPSTREAM", default_value = "copilot")]
+    pub upstream: String,
+    /// Anthropic API URL for `--upstream anthropic`.
+    #[arg(long, global = true, env = "CLAUDE_HOST_ANTHROPIC_BASE_URL", default_value = DEFAULT_BASE_URL)]
+    pub anthropic_base_url: String,
+    /// Append every upstream response to this replay file (no secrets are written).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Path to the Claude Code CLI to use instead of the pinned install.
+    #[arg(long, global = true, env = "CLAUDE_HOST_CLAUDE_PATH", value_name = "PATH")]
+    pub claude_path: Option<PathBuf>,
+    /// Never install the pinned CLI automatically.
+    #[arg(long, global = true)]
+    pub no_install: bool,
+    /// Log filter (e.g. `info`, `claude_host_proxy=debug`); also `CLAUDE_HOST_LOG`.
+    #[arg(long, global = true, env = "CLAUDE_HOST_LOG", default_value = "info")]
+    pub log: String,
+}
+
+/// What commands share.
+pub(crate) struct Context {
+    pub opts: GlobalOpts,
+    pub home: PathBuf,
+    pub store: CredentialStore,
+}
+
+impl Context {
+    pub fn new(opts: GlobalOpts) -> anyhow::Result<Self> {
+        let home = match &opts.home {
+            Some(h) => h.clone(),
+            None => crate::default_home()
+                .context("cannot determine the home directory; set CLAUDE_HOST_HOME")?,
+        };
+        let store = CredentialStore::in_home(&home);
+        Ok(Context { opts, home, store })
+    }
+
+    pub fn endpoints(&self) -> CopilotEndpoints {
+        CopilotEndpoints {
+            github_url: self.opts.github_url.clone(),
+            github_api_url: self.opts.github_api_url.clone(),
+            copilot_api_url: self.opts.copilot_api_url.clone(),
+        }
+    }
+
+    /// The GitHub token (environment first, then the credentials file).
+    pub fn github_token(&self) -> anyhow::Result<Option<GithubToken>> {
+        Ok(self.store.resolve(&|k| std::env::var(k).ok())?)
+    }
+
+    /// A Copilot client for the signed-in account.
+    pub fn copilot(&self) -> anyhow::Result<CopilotUpstream> {
+        let Some(token) = self.github_token()? else {
+            bail!("not signed in to GitHub: run `claude-host login` (or set GH_TOKEN)");
+        };
+        Ok(CopilotUpstream::new(
+            http_client()?,
+            token.token,
+            self.endpoints(),
+            ClientIdentity::default(),
+            CopilotOptions::default(),
+        ))
+    }
+
+    /// The upstream selected by `--upstream`, wrapped in a recorder when `--record` is set.
+    pub fn upstream(&self) -> anyhow::Result<Arc<dyn Upstream>> {
+        let spec = self.opts.upstream.as_str();
+        let base: Arc<dyn Upstream> = if spec == "copilot" {
+            Arc::new(self.copilot()?)
+        } else if spec == "anthropic" {
+            let key = std::env::var("ANTHROPIC_API_KEY")
+                .ok()
+                .filter(|k| !k.trim().is_empty())
+                .context("--upstream anthropic needs ANTHROPIC_API_KEY in the environment")?;
+            Arc::new(AnthropicUpstream::new(http_client()?, &self.opts.anthropic_base_url, key))
+        } else if let Some(file) = spec.strip_prefix("replay:") {
+            Arc::new(ReplayUpstream::load(std::path::Path::new(file))?)
+        } else {
+            bail!("unknown --upstream {spec:?}: use copilot, anthropic or replay:FILE");
+        };
+        Ok(match &self.opts.record {
+            Some(path) => Arc::new(
+                RecordingUpstream::new(base, path)
+                    .with_context(|| format!("cannot open recording file {}", path.display()))?,
+            ),
+            None => base,
+        })
+    }
+}
+
+/// Logs go to stderr, or to `$CLAUDE_HOST_HOME/logs/claude-host.log` when stderr belongs to
+/// an interactive child (the `claude` command).
+pub(crate) fn init_logging(opts: &GlobalOpts, to_file: bool) -> Option<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&opts.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    if to_file {
+        let dir = opts.home.clone().or_else(crate::default_home)?.join("logs");
+        std::fs::create_dir_all(&dir).ok()?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("claude-host.log"))
+            .ok()?;
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(Arc::new(file))
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    Some(())
+}

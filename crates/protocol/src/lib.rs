@@ -1,0 +1,13 @@
+//! Wire types and pure functions shared by every claude-host crate.
+//!
+//! Nothing here performs I/O: the proxy, the upstreams and the tests all build on these
+//! definitions so that one place decides what an Anthropic error looks like, how SSE is framed,
+//! how Claude model ids map to Copilot ids and which `anthropic-beta` values survive.
+
+pub mod betas;
+pub mod count_tokens;
+pub mod error;
+pub mod messages;
+pub mod model_id;
+pub mod models;
+pub mod sse;

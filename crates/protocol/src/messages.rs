@@ -1,0 +1,272 @@
+//! The parts of a `POST /v1/messages` body the proxy needs, read without disturbing the rest.
+//!
+//! The body is kept as a map of top-level keys to raw JSON, in the client's order, so that a
+//! forwarded request is byte-identical to what the client sent except for the `model` value.
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::fmt;
+
+/// Why a request body was refused (each maps to a 400 with this message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    /// The body is not JSON.
+    NotJson(String),
+    /// The body is JSON but not an object.
+    NotObject,
+    /// `model` is missing, empty or not a string.
+    MissingModel,
+    /// `messages` is missing or not an array.
+    MessagesNotArray,
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::NotJson(e) => write!(f, "Request body is not valid JSON: {e}"),
+            RequestError::NotObject => f.write_str("Request body must be a JSON object"),
+            RequestError::MissingModel => {
+                f.write_str("Missing required field: model (a non-empty string)")
+            }
+            RequestError::MessagesNotArray => {
+                f.write_str("Missing required field: messages (an array)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// Who started a request, for Copilot's `X-Initiator` header (premium-request accounting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Initiator {
+    /// The last message is a human prompt.
+    User,
+    /// A tool-result continuation or other agent-driven request.
+    Agent,
+}
+
+impl Initiator {
+    /// The header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Initiator::User => "user",
+            Initiator::Agent => "agent",
+        }
+    }
+}
+
+/// A validated Messages request.
+#[derive(Debug)]
+pub struct MessagesRequest {
+    fields: IndexMap<String, Box<RawValue>>,
+    /// The model id as the client sent it.
+    pub model: String,
+    /// `stream: true`.
+    pub stream: bool,
+    /// Who initiated the request.
+    pub initiator: Initiator,
+    /// Number of entries in `messages`.
+    pub message_count: usize,
+}
+
+#[derive(Deserialize)]
+struct MessagePeek<'a> {
+    #[serde(borrow, default)]
+    role: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct BlockPeek<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl MessagesRequest {
+    /// Validates `body` and reads `model`, `stream` and the initiator.
+    pub fn parse(body: &[u8]) -> Result<Self, RequestError> {
+        let raw: &RawValue =
+            serde_json::from_slice(body).map_err(|e| RequestError::NotJson(e.to_string()))?;
+        if !raw.get().starts_with('{') {
+            return Err(RequestError::NotObject);
+        }
+        let fields: IndexMap<String, Box<RawValue>> =
+            serde_json::from_str(raw.get()).map_err(|_| RequestError::NotObject)?;
+        let model = fields
+            .get("model")
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+            .filter(|m| !m.trim().is_empty())
+            .ok_or(RequestError::MissingModel)?;
+        let messages: Vec<&RawValue> = fields
+            .get("messages")
+            .and_then(|v| serde_json::from_str(v.get()).ok())
+            .ok_or(RequestError::MessagesNotArray)?;
+        let stream = fields
+            .get("stream")
+            .is_some_and(|v| v.get().trim() == "true");
+        let initiator = initiator_of(&messages);
+        let message_count = messages.len();
+        Ok(MessagesRequest {
+            fields,
+            model,
+            stream,
+            initiator,
+            message_count,
+        })
+    }
+
+    /// The body with `model` replaced, every other key and value byte-for-byte as received.
+    pub fn body_with_model(&self, model: &str) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.fields.values().map(|v| v.get().len() + 16).sum());
+        out.push(b'{');
+        for (i, (k, v)) in self.fields.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            // Writing a string into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut out, k);
+            out.push(b':');
+            if k == "model" {
+                let _ = serde_json::to_writer(&mut out, model);
+            } else {
+                out.extend_from_slice(v.get().as_bytes());
+            }
+        }
+        out.push(b'}');
+        out
+    }
+
+    /// A top-level field as raw JSON.
+    pub fn field(&self, name: &str) -> Option<&RawValue> {
+        self.fields.get(name).map(|v| &**v)
+    }
+}
+
+fn initiator_of(messages: &[&RawValue]) -> Initiator {
+    for m in messages.iter().rev() {
+        let Ok(peek) = serde_json::from_str::<MessagePeek>(m.get()) else {
+            return Initiator::Agent;
+        };
+        match peek.role.as_deref() {
+            // Claude Code interleaves `role:"system"` messages; they say nothing about who asked.
+            Some("system") => continue,
+            Some("user") => {
+                let Some(content) = peek.content else {
+                    return Initiator::User;
+                };
+                if content.get().trim_start().starts_with('[') {
+                    let blocks: Vec<BlockPeek> =
+                        serde_json::from_str(content.get()).unwrap_or_default();
+                    if blocks.iter().any(|b| b.kind.as_deref() == Some("tool_result")) {
+                        return Initiator::Agent;
+                    }
+                }
+                return Initiator::User;
+            }
+            _ => return Initiator::Agent,
+        }
+    }
+    Initiator::Agent
+}
+
+/// The text of the last `role:"user"` message (text blocks, tool-result text, or string
+/// content joined with newlines), skipping `role:"system"` messages. Used to pick scripted or
+/// replayed replies.
+pub fn last_user_text(body: &serde_json::Value) -> String {
+    let Some(messages) = body.get("messages").and_then(|m| m.as_array()) else {
+        return String::new();
+    };
+    let Some(last) = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"))
+    else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    collect_text(last.get("content"), &mut parts);
+    parts.join("\n")
+}
+
+fn collect_text(content: Option<&serde_json::Value>, out: &mut Vec<String>) {
+    match content {
+        Some(serde_json::Value::String(s)) => out.push(s.clone()),
+        Some(serde_json::Value::Array(blocks)) => {
+            for b in blocks {
+                match b.get("type").and_then(|t| t.as_str()) {
+                    Some("text") => {
+                        if let Some(t) = b.get("text").and_then(|t| t.as_str()) {
+                            out.push(t.to_owned());
+                        }
+                    }
+                    Some("tool_result") => collect_text(b.get("content"), out),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn validation_messages() {
+        let err = |b: &[u8]| MessagesRequest::parse(b).unwrap_err();
+        assert!(matches!(err(b"{nope"), RequestError::NotJson(_)));
+        assert_eq!(err(b"[1,2]"), RequestError::NotObject);
+        assert_eq!(err(b"\"s\""), RequestError::NotObject);
+        assert_eq!(err(br#"{"messages":[]}"#), RequestError::MissingModel);
+        assert_eq!(err(br#"{"model":"","messages":[]}"#), RequestError::MissingModel);
+        assert_eq!(err(br#"{"model":7,"messages":[]}"#), RequestError::MissingModel);
+        assert_eq!(err(br#"{"model":"m"}"#), RequestError::MessagesNotArray);
+        assert_eq!(err(br#"{"model":"m","messages":{}}"#), RequestError::MessagesNotArray);
+    }
+
+    #[test]
+    fn model_rewrite_keeps_everything_else() {
+        let body = br#"{"z":1, "model":"claude-opus-5-5","messages":[{"role":"system","content":"x","output_config":{"effort":"low"}}],"metadata":{"user_id":"{\"a\":1}"},"unknown":[1.50,2e3],"stream":true}"#;
+        let req = MessagesRequest::parse(body).unwrap();
+        assert!(req.stream);
+        let out = String::from_utf8(req.body_with_model("claude-opus-5.5")).unwrap();
+        assert_eq!(
+            out,
+            r#"{"z":1,"model":"claude-opus-5.5","messages":[{"role":"system","content":"x","output_config":{"effort":"low"}}],"metadata":{"user_id":"{\"a\":1}"},"unknown":[1.50,2e3],"stream":true}"#
+        );
+    }
+
+    #[test]
+    fn initiator_rules() {
+        let init = |msgs: &str| {
+            MessagesRequest::parse(format!(r#"{{"model":"m","messages":{msgs}}}"#).as_bytes())
+                .unwrap()
+                .initiator
+        };
+        assert_eq!(init(r#"[{"role":"user","content":"hi"}]"#), Initiator::User);
+        assert_eq!(
+            init(r#"[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"env"}]"#),
+            Initiator::User
+        );
+        assert_eq!(
+            init(r#"[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Bash","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"},{"type":"text","text":"<system-reminder>x</system-reminder>"}]}]"#),
+            Initiator::Agent
+        );
+        assert_eq!(init(r#"[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]"#), Initiator::Agent);
+        assert_eq!(init("[]"), Initiator::Agent);
+    }
+
+    #[test]
+    fn last_user_text_skips_system_messages() {
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"messages":[{"role":"user","content":[{"type":"text","text":"<r>"},{"type":"text","text":"write it"}]},{"role":"system","content":"env"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(last_user_text(&v), "<r>\nwrite it");
+    }
+}

@@ -1,0 +1,220 @@
+//! The claude-host proxy: a loopback HTTP server that speaks the Anthropic Messages API to
+//! Claude Code and forwards to an [`Upstream`] (GitHub Copilot by default).
+//!
+//! Secure by default: it binds 127.0.0.1, demands `Authorization: Bearer <nonce>.<session>`
+//! (a 256-bit nonce minted per start, compared in constant time), refuses foreign `Host`
+//! headers (DNS rebinding) and never exposes a token. Streams are relayed event by event as
+//! they arrive, with only `message_start.message.model` rewritten.
+
+mod auth;
+mod relay;
+mod routes;
+
+pub use auth::Nonce;
+
+use claude_host_protocol::betas::DEFAULT_BETA_FAMILIES;
+use claude_host_upstream::Upstream;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Proxy settings.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Where to listen. Default `127.0.0.1:0` (an ephemeral loopback port).
+    pub listen: SocketAddr,
+    /// Largest request body accepted.
+    pub body_limit: usize,
+    /// How long the upstream may be silent before a `ping` event is sent downstream.
+    pub ping_interval: Duration,
+    /// How long the upstream may be silent before the stream is failed.
+    pub idle_timeout: Duration,
+    /// `anthropic-beta` families forwarded to upstreams that need filtering.
+    pub beta_families: Vec<String>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            body_limit: 32 * 1024 * 1024,
+            ping_interval: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
+            beta_families: DEFAULT_BETA_FAMILIES.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+}
+
+/// Errors starting the proxy.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+pub(crate) struct State {
+    pub(crate) config: ProxyConfig,
+    pub(crate) nonce: Nonce,
+    pub(crate) allowed_hosts: Vec<String>,
+    upstream: RwLock<Arc<dyn Upstream>>,
+}
+
+impl State {
+    pub(crate) fn upstream(&self) -> Arc<dyn Upstream> {
+        self.upstream
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// A running proxy. Dropping it does not stop the server; call [`ProxyHandle::shutdown`].
+pub struct ProxyHandle {
+    addr: SocketAddr,
+    state: Arc<State>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl std::fmt::Debug for ProxyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyHandle")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxyHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>` — the value for `ANTHROPIC_BASE_URL`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The per-start nonce (64 hex characters). Treat as a secret.
+    pub fn nonce(&self) -> &str {
+        self.state.nonce.as_str()
+    }
+
+    /// The bearer token for a session: `<nonce>.<session_id>` — the value for
+    /// `ANTHROPIC_AUTH_TOKEN`.
+    pub fn auth_token(&self, session_id: &str) -> String {
+        format!("{}.{}", self.state.nonce.as_str(), session_id)
+    }
+
+    /// Replaces the upstream (new credentials) for requests that start from now on.
+    pub fn set_upstream(&self, upstream: Arc<dyn Upstream>) {
+        *self
+            .state
+            .upstream
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = upstream;
+    }
+
+    /// Stops accepting, aborts every in-flight upstream request and closes every connection.
+    pub async fn shutdown(&self) {
+        self.cancel.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+
+    /// Resolves when the proxy has been shut down.
+    pub async fn closed(&self) {
+        self.tracker.wait().await;
+    }
+}
+
+/// Binds and starts serving in the background.
+pub async fn start(config: ProxyConfig, upstream: Arc<dyn Upstream>) -> Result<ProxyHandle, ProxyError> {
+    let listener = bind(config.listen).map_err(|source| ProxyError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let addr = listener.local_addr().map_err(|source| ProxyError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let allowed_hosts = auth::allowed_hosts(config.listen, addr);
+    let state = Arc::new(State {
+        config,
+        nonce: Nonce::generate(),
+        allowed_hosts,
+        upstream: RwLock::new(upstream),
+    });
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    tracker.spawn(accept_loop(listener, state.clone(), cancel.clone(), tracker.clone()));
+    tracing::info!(%addr, "proxy listening");
+    Ok(ProxyHandle {
+        addr,
+        state,
+        cancel,
+        tracker,
+    })
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    // A real backlog: bursts of simultaneous connects must not fall into SYN retries.
+    socket.listen(1024)
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>, cancel: CancellationToken, tracker: TaskTracker) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = cancel.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and similar: back off briefly rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let cancel = cancel.clone();
+        tracker.spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(routes::handle(req, state).await) }
+            });
+            let conn = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                }
+                // Dropping the connection drops every in-flight handler and body, which
+                // aborts their upstream requests.
+                () = cancel.cancelled() => {}
+            }
+        });
+    }
+}

@@ -1,0 +1,381 @@
+//! The SSE relay: forwards upstream events as they arrive, rewriting only
+//! `message_start.message.model`, sending `ping` events while the upstream is silent, and
+//! ending a failed stream with exactly one `error` event (never a made-up `message_stop`).
+
+use crate::ProxyConfig;
+use bytes::{Bytes, BytesMut};
+use claude_host_protocol::error::{ErrorEnvelope, ErrorKind, status_for_error_type};
+use claude_host_protocol::sse::{event_data, event_name, find_event_end, format_event};
+use claude_host_upstream::UpstreamError;
+use futures::Stream;
+use futures::stream::BoxStream;
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+const PING: &[u8] = b"event: ping\ndata: {\"type\": \"ping\"}\n\n";
+
+/// One log line per request, written when the request ends however it ends.
+pub(crate) struct RequestLog {
+    session: String,
+    model: String,
+    upstream_model: String,
+    started: Instant,
+    ttfb: Option<Duration>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    done: bool,
+}
+
+impl RequestLog {
+    pub(crate) fn new(session: String, model: String, upstream_model: String, started: Instant) -> Self {
+        RequestLog {
+            session,
+            model,
+            upstream_model,
+            started,
+            ttfb: None,
+            input_tokens: None,
+            output_tokens: None,
+            done: false,
+        }
+    }
+
+    fn mark_first_byte(&mut self) {
+        if self.ttfb.is_none() {
+            self.ttfb = Some(self.started.elapsed());
+        }
+    }
+
+    pub(crate) fn set_usage_from_message(&mut self, message: &serde_json::Value) {
+        let usage = message.get("usage");
+        let get = |k: &str| usage.and_then(|u| u.get(k)).and_then(serde_json::Value::as_u64);
+        if let Some(i) = get("input_tokens") {
+            self.input_tokens =
+                Some(i + get("cache_read_input_tokens").unwrap_or(0) + get("cache_creation_input_tokens").unwrap_or(0));
+        }
+        if let Some(o) = get("output_tokens") {
+            self.output_tokens = Some(o);
+        }
+    }
+
+    pub(crate) fn finish(&mut self, status: u16, outcome: &str) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.mark_first_byte();
+        let ttfb_ms = self.ttfb.map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+        tracing::info!(
+            session = %self.session,
+            model = %self.model,
+            upstream_model = %self.upstream_model,
+            status,
+            ttfb_ms = format!("{ttfb_ms:.1}"),
+            duration_ms = format!("{:.1}", self.started.elapsed().as_secs_f64() * 1000.0),
+            input_tokens = self.input_tokens.unwrap_or(0),
+            output_tokens = self.output_tokens.unwrap_or(0),
+            outcome,
+            "POST /v1/messages"
+        );
+    }
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        self.finish(200, "client disconnected");
+    }
+}
+
+/// How a relay began.
+pub(crate) enum RelayStart {
+    /// The first event arrived: stream it.
+    Stream(Box<Relay>),
+    /// The upstream failed before its first event: answer with this JSON error.
+    Error {
+        status: u16,
+        envelope: ErrorEnvelope,
+    },
+}
+
+pub(crate) struct Relay {
+    upstream: BoxStream<'static, Result<Bytes, UpstreamError>>,
+    buf: BytesMut,
+    scan: usize,
+    out: VecDeque<Bytes>,
+    requested_model: String,
+    ping_interval: Duration,
+    idle_timeout: Duration,
+    silent_for: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    events_out: usize,
+    first_error: Option<ErrorEnvelope>,
+    /// No more upstream reading: `message_stop` or an error was seen.
+    finished: bool,
+    saw_stop: bool,
+    log: RequestLog,
+}
+
+impl Relay {
+    pub(crate) fn new(
+        upstream: BoxStream<'static, Result<Bytes, UpstreamError>>,
+        requested_model: String,
+        config: &ProxyConfig,
+        log: RequestLog,
+    ) -> Self {
+        Relay {
+            upstream,
+            buf: BytesMut::new(),
+            scan: 0,
+            out: VecDeque::new(),
+            requested_model,
+            ping_interval: config.ping_interval,
+            idle_timeout: config.idle_timeout,
+            silent_for: Duration::ZERO,
+            sleep: Box::pin(tokio::time::sleep(config.ping_interval)),
+            events_out: 0,
+            first_error: None,
+            finished: false,
+            saw_stop: false,
+            log,
+        }
+    }
+
+    /// Reads until the first event, so that an upstream failure before the stream can still be
+    /// answered with a proper HTTP status.
+    pub(crate) async fn start(mut self) -> RelayStart {
+        let deadline = tokio::time::Instant::now() + self.idle_timeout;
+        loop {
+            let next = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut self.upstream)).await;
+            let fail = |relay: &mut Relay, status: u16, env: ErrorEnvelope| {
+                relay.log.finish(status, &env.error.message);
+                RelayStart::Error { status, envelope: env }
+            };
+            match next {
+                Err(_) => {
+                    let env = ErrorEnvelope::new(
+                        ErrorKind::Api,
+                        format!("upstream sent nothing for {} s", self.idle_timeout.as_secs()),
+                    );
+                    return fail(&mut self, 504, env);
+                }
+                Ok(None) => {
+                    let env = ErrorEnvelope::new(ErrorKind::Api, "upstream closed the stream before sending any event");
+                    return fail(&mut self, 502, env);
+                }
+                Ok(Some(Err(e))) => {
+                    let env = ErrorEnvelope::new(ErrorKind::Api, e.to_string());
+                    return fail(&mut self, 502, env);
+                }
+                Ok(Some(Ok(chunk))) => {
+                    self.buf.extend_from_slice(&chunk);
+                    self.process();
+                    if self.events_out == 0 {
+                        if let Some(env) = self.first_error.take() {
+                            let status = status_for_error_type(&env.error.kind);
+                            return fail(&mut self, status, env);
+                        }
+                    }
+                    if !self.out.is_empty() || self.finished {
+                        self.log.mark_first_byte();
+                        let now = tokio::time::Instant::now();
+                        self.sleep.as_mut().reset(now + self.ping_interval);
+                        return RelayStart::Stream(Box::new(self));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn into_body(self) -> StreamBody<RelayStream> {
+        StreamBody::new(RelayStream(Box::new(self)))
+    }
+
+    /// Turns complete events in `buf` into output. Consecutive pass-through events leave as
+    /// one zero-copy slice of the upstream bytes.
+    fn process(&mut self) {
+        let mut pass_end = 0;
+        loop {
+            if self.finished {
+                break;
+            }
+            let end = match find_event_end(&self.buf[pass_end..], self.scan) {
+                Ok(e) => pass_end + e,
+                Err(resume) => {
+                    self.scan = resume;
+                    break;
+                }
+            };
+            self.scan = 0;
+            let raw = &self.buf[pass_end..end];
+            match event_name(raw) {
+                Some(b"message_start") => {
+                    let replaced =
+                        rewrite_message_start(&event_data(raw), &self.requested_model, &mut self.log);
+                    self.replace(&mut pass_end, end, Some(replaced));
+                    self.events_out += 1;
+                }
+                Some(b"message_delta") => {
+                    note_delta_usage(raw, &mut self.log);
+                    pass_end = end;
+                    self.events_out += 1;
+                }
+                Some(b"message_stop") => {
+                    pass_end = end;
+                    self.events_out += 1;
+                    self.saw_stop = true;
+                    self.finished = true;
+                }
+                Some(b"error") => {
+                    let data = event_data(raw);
+                    let env = ErrorEnvelope::parse(&data).unwrap_or_else(|| {
+                        ErrorEnvelope::new(ErrorKind::Api, String::from_utf8_lossy(&data).into_owned())
+                    });
+                    let frame = error_frame(&env);
+                    self.first_error = Some(env);
+                    self.replace(&mut pass_end, end, Some(frame));
+                    self.finished = true;
+                }
+                _ if event_data(raw).as_ref() == b"[DONE]" => {
+                    // OpenAI's terminator is not part of the Anthropic stream.
+                    self.replace(&mut pass_end, end, None);
+                }
+                _ => {
+                    pass_end = end;
+                    self.events_out += 1;
+                }
+            }
+        }
+        if pass_end > 0 {
+            self.out.push_back(self.buf.split_to(pass_end).freeze());
+        }
+        if self.finished {
+            // Anything after `message_stop` or an error is not forwarded.
+            self.buf.clear();
+        }
+    }
+
+    /// Flushes pass-through bytes before the event at `[*pass_end, end)`, drops that event and
+    /// queues `with` in its place.
+    fn replace(&mut self, pass_end: &mut usize, end: usize, with: Option<Bytes>) {
+        if *pass_end > 0 {
+            self.out.push_back(self.buf.split_to(*pass_end).freeze());
+        }
+        let _ = self.buf.split_to(end - *pass_end);
+        *pass_end = 0;
+        if let Some(b) = with {
+            self.out.push_back(b);
+        }
+    }
+
+    fn fail_stream(&mut self, message: String) {
+        let env = ErrorEnvelope::new(ErrorKind::Api, message);
+        tracing::warn!(session = %self.log.session, error = %env.error.message, "stream failed");
+        self.out.push_back(error_frame(&env));
+        self.first_error = Some(env);
+        self.finished = true;
+        self.buf.clear();
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        loop {
+            if let Some(b) = self.out.pop_front() {
+                return Poll::Ready(Some(b));
+            }
+            if self.finished {
+                let outcome = match (&self.first_error, self.saw_stop) {
+                    (Some(e), _) => format!("stream error: {}", e.error.message),
+                    (None, true) => "ok".to_owned(),
+                    (None, false) => "ended".to_owned(),
+                };
+                self.log.finish(200, &outcome);
+                return Poll::Ready(None);
+            }
+            match self.upstream.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    self.silent_for = Duration::ZERO;
+                    let deadline = tokio::time::Instant::now() + self.ping_interval;
+                    self.sleep.as_mut().reset(deadline);
+                    self.buf.extend_from_slice(&chunk);
+                    self.process();
+                }
+                Poll::Ready(Some(Err(e))) => self.fail_stream(format!("upstream connection failed mid-stream: {e}")),
+                Poll::Ready(None) => self.fail_stream("upstream ended the stream before message_stop".to_owned()),
+                Poll::Pending => {
+                    if self.sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    self.silent_for += self.ping_interval;
+                    if self.silent_for >= self.idle_timeout {
+                        self.fail_stream(format!(
+                            "upstream sent nothing for {} s",
+                            self.silent_for.as_secs()
+                        ));
+                        continue;
+                    }
+                    let deadline = tokio::time::Instant::now() + self.ping_interval;
+                    self.sleep.as_mut().reset(deadline);
+                    // A ping only ever goes between events: partial upstream bytes stay buffered.
+                    return Poll::Ready(Some(Bytes::from_static(PING)));
+                }
+            }
+        }
+    }
+}
+
+fn rewrite_message_start(data: &[u8], requested_model: &str, log: &mut RequestLog) -> Bytes {
+    match serde_json::from_slice::<serde_json::Value>(data) {
+        Ok(mut v) => {
+            if let Some(msg) = v.get_mut("message").and_then(serde_json::Value::as_object_mut) {
+                msg.insert(
+                    "model".to_owned(),
+                    serde_json::Value::String(requested_model.to_owned()),
+                );
+            }
+            if let Some(m) = v.get("message") {
+                log.set_usage_from_message(m);
+            }
+            format_event("message_start", &serde_json::to_vec(&v).unwrap_or_default())
+        }
+        // Not JSON: pass it on untouched rather than lose it.
+        Err(_) => format_event("message_start", data),
+    }
+}
+
+fn note_delta_usage(raw: &[u8], log: &mut RequestLog) {
+    #[derive(serde::Deserialize)]
+    struct Delta {
+        #[serde(default)]
+        usage: Option<Usage>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Usage {
+        #[serde(default)]
+        output_tokens: Option<u64>,
+    }
+    if let Ok(d) = serde_json::from_slice::<Delta>(&event_data(raw)) {
+        if let Some(o) = d.usage.and_then(|u| u.output_tokens) {
+            log.output_tokens = Some(o);
+        }
+    }
+}
+
+fn error_frame(env: &ErrorEnvelope) -> Bytes {
+    format_event("error", &env.to_json())
+}
+
+/// The relay as a body stream.
+pub(crate) struct RelayStream(Box<Relay>);
+
+impl Stream for RelayStream {
+    type Item = Result<Frame<Bytes>, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_event(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+use std::future::Future;

@@ -1,0 +1,320 @@
+//! Request routing and the non-streaming handlers.
+
+use crate::State;
+use crate::auth::{check_bearer, host_allowed};
+use crate::relay::{Relay, RelayStart, RequestLog};
+use bytes::Bytes;
+use claude_host_protocol::betas::filter_betas;
+use claude_host_protocol::count_tokens::estimate_input_tokens;
+use claude_host_protocol::error::{ErrorEnvelope, ErrorKind};
+use claude_host_protocol::messages::MessagesRequest;
+use claude_host_protocol::model_id;
+use claude_host_protocol::models::{AnthropicModel, ModelsPage};
+use claude_host_upstream::{MessagesCall, UpstreamError};
+use futures::StreamExt;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The response body type: whole or streamed.
+pub(crate) type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+
+pub(crate) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(HeaderValue::as_bytes)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
+    if !host_allowed(host, &state.allowed_hosts) {
+        let shown = host.map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+        tracing::warn!(host = %shown, "refused a request with a foreign Host header");
+        return error(
+            StatusCode::FORBIDDEN,
+            ErrorKind::Permission,
+            format!("Host header {shown:?} is not served by this proxy (DNS rebinding protection)"),
+        );
+    }
+    let path = req.uri().path().to_owned();
+    if req.method() == Method::GET && path == "/" {
+        return full(StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ok"));
+    }
+    let Some(session) = check_bearer(
+        req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes),
+        &state.nonce,
+    )
+    .map(str::to_owned) else {
+        tracing::warn!(method = %req.method(), %path, "refused an unauthenticated request");
+        return error(StatusCode::UNAUTHORIZED, ErrorKind::Authentication, "Invalid authentication");
+    };
+    match (req.method().clone(), path.as_str()) {
+        (Method::POST, "/v1/messages") => messages(req, state, session).await,
+        (Method::POST, "/v1/messages/count_tokens") => count_tokens(req, state).await,
+        (Method::GET, "/v1/models") => models(state).await,
+        (method, _) => error(
+            StatusCode::NOT_FOUND,
+            ErrorKind::NotFound,
+            format!("No route for {method} {path}"),
+        ),
+    }
+}
+
+async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::RequestTooLarge,
+            format!("Request body exceeds the proxy's limit of {limit} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(req.into_body(), limit).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            format!("Failed to read request body: {e}"),
+        )),
+    }
+}
+
+async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) -> Response<Body> {
+    let started = Instant::now();
+    let header_str = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let anthropic_version = header_str("anthropic-version");
+    let beta = header_str("anthropic-beta");
+    let user_agent = header_str("user-agent");
+    let body = match read_body(req, state.config.body_limit).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let parsed = match MessagesRequest::parse(&body) {
+        Ok(p) => p,
+        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, e.to_string()),
+    };
+    let upstream = state.upstream();
+    let catalog = match upstream.catalog().await {
+        Ok(c) => c,
+        Err(e) => return upstream_error(&e),
+    };
+    let upstream_model = if catalog.strict {
+        let ids = catalog.upstream_ids();
+        match model_id::resolve(&parsed.model, &ids) {
+            Some(id) => id.to_owned(),
+            None => {
+                let available: Vec<&str> = catalog.models.iter().map(|m| m.sdk_id.as_str()).collect();
+                tracing::warn!(%session, model = %parsed.model, "unknown model");
+                return error(
+                    StatusCode::NOT_FOUND,
+                    ErrorKind::NotFound,
+                    format!(
+                        "Unknown model: {}. Available Claude models: {}",
+                        parsed.model,
+                        if available.is_empty() { "(none)".to_owned() } else { available.join(", ") }
+                    ),
+                );
+            }
+        }
+    } else {
+        parsed.model.clone()
+    };
+    let outbound = if upstream_model == parsed.model {
+        body
+    } else {
+        Bytes::from(parsed.body_with_model(&upstream_model))
+    };
+    let anthropic_beta = match beta {
+        Some(b) if upstream.filters_betas() => filter_betas(&b, &state.config.beta_families),
+        other => other,
+    };
+    let mut log = RequestLog::new(session.clone(), parsed.model.clone(), upstream_model.clone(), started);
+    let call = MessagesCall {
+        body: outbound,
+        model: upstream_model,
+        stream: parsed.stream,
+        initiator: parsed.initiator,
+        anthropic_version,
+        anthropic_beta,
+        client_user_agent: user_agent,
+        session_id: session,
+    };
+    let resp = match upstream.messages(call).await {
+        Ok(r) => r,
+        Err(e) => {
+            let resp = upstream_error(&e);
+            log.finish(resp.status().as_u16(), &format!("upstream error: {e}"));
+            return resp;
+        }
+    };
+    let passthrough: Vec<(String, String)> = resp
+        .headers
+        .iter()
+        .filter(|(k, _)| matches!(k.as_str(), "retry-after" | "request-id" | "x-request-id"))
+        .cloned()
+        .collect();
+    if !(200..300).contains(&resp.status) {
+        let status = resp.status;
+        let body = collect_capped(resp.body, 1024 * 1024).await;
+        let env = ErrorEnvelope::from_upstream_body(status, &body);
+        log.finish(status, &format!("upstream {}: {}", env.error.kind, env.error.message));
+        return with_headers(json(status_code(status), env.to_json()), &passthrough);
+    }
+    if !parsed.stream {
+        let body = collect_capped(resp.body, usize::MAX).await;
+        let out = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(mut v) => {
+                if v.get("model").is_some() {
+                    v["model"] = serde_json::Value::String(parsed.model.clone());
+                }
+                log.set_usage_from_message(&v);
+                Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+            }
+            Err(_) => body,
+        };
+        log.finish(resp.status, "ok");
+        return with_headers(json(status_code(resp.status), out.to_vec()), &passthrough);
+    }
+    let relay = Relay::new(resp.body, parsed.model, &state.config, log);
+    match relay.start().await {
+        RelayStart::Stream(relay) => {
+            let mut r = Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .header(header::CACHE_CONTROL, "no-cache");
+            for (k, v) in &passthrough {
+                r = r.header(k.as_str(), v.as_str());
+            }
+            r.body(BodyExt::boxed_unsync(relay.into_body()))
+                .unwrap_or_else(|_| internal_error())
+        }
+        RelayStart::Error { status, envelope } => {
+            with_headers(json(status_code(status), envelope.to_json()), &passthrough)
+        }
+    }
+}
+
+async fn count_tokens(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+    let body = match read_body(req, state.config.body_limit).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    if let Err(e) = MessagesRequest::parse(&body) {
+        return error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, e.to_string());
+    }
+    let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let tokens = estimate_input_tokens(&value);
+    let mut resp = json(
+        StatusCode::OK,
+        format!("{{\"input_tokens\":{tokens}}}").into_bytes(),
+    );
+    resp.headers_mut()
+        .insert("x-claude-host-estimate", HeaderValue::from_static("true"));
+    resp
+}
+
+async fn models(state: Arc<State>) -> Response<Body> {
+    let catalog = match state.upstream().catalog().await {
+        Ok(c) => c,
+        Err(e) => return upstream_error(&e),
+    };
+    let page = ModelsPage::new(
+        catalog
+            .models
+            .into_iter()
+            .map(|m| AnthropicModel {
+                id: m.sdk_id,
+                kind: "model".to_owned(),
+                display_name: m.display_name,
+                created_at: "1970-01-01T00:00:00Z".to_owned(),
+            })
+            .collect(),
+    );
+    json(StatusCode::OK, serde_json::to_vec(&page).unwrap_or_default())
+}
+
+async fn collect_capped(
+    mut body: futures::stream::BoxStream<'static, Result<Bytes, UpstreamError>>,
+    cap: usize,
+) -> Bytes {
+    let mut out = bytes::BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(c) if out.len() + c.len() <= cap => out.extend_from_slice(&c),
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "upstream body failed while being read");
+                break;
+            }
+        }
+    }
+    out.freeze()
+}
+
+/// Maps a failure with no upstream HTTP reply to the client-facing error.
+pub(crate) fn upstream_error(e: &UpstreamError) -> Response<Body> {
+    let (status, kind) = match e {
+        UpstreamError::NotSignedIn | UpstreamError::CredentialRejected(_) => {
+            (StatusCode::UNAUTHORIZED, ErrorKind::Authentication)
+        }
+        UpstreamError::NoCopilotAccess(_) => (StatusCode::FORBIDDEN, ErrorKind::Permission),
+        UpstreamError::Replay(_) => (StatusCode::NOT_FOUND, ErrorKind::NotFound),
+        UpstreamError::Transport(_) | UpstreamError::Http { .. } | UpstreamError::Protocol(_) => {
+            (StatusCode::BAD_GATEWAY, ErrorKind::Api)
+        }
+    };
+    tracing::warn!(error = %e, "upstream failure");
+    error(status, kind, e.to_string())
+}
+
+fn status_code(status: u16) -> StatusCode {
+    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY)
+}
+
+pub(crate) fn error(status: StatusCode, kind: ErrorKind, message: impl Into<String>) -> Response<Body> {
+    json(status, ErrorEnvelope::new(kind, message).to_json())
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    full(status, "application/json", Bytes::from(body))
+}
+
+fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
+    let mut resp = Response::new(BodyExt::boxed_unsync(
+        Full::new(body).map_err(|never| match never {}),
+    ));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+fn with_headers(mut resp: Response<Body>, headers: &[(String, String)]) -> Response<Body> {
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    resp
+}
+
+fn internal_error() -> Response<Body> {
+    error(StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Api, "Internal proxy error")
+}

@@ -1,0 +1,135 @@
+//! The Anthropic API with the user's own key, as an upstream.
+
+use crate::{
+    Catalog, CatalogModel, MessagesCall, Upstream, UpstreamError, UpstreamResponse, body_stream,
+    describe_reqwest, passthrough_headers, trim_base,
+};
+use async_trait::async_trait;
+use serde::Deserialize;
+
+/// The default Anthropic API base.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// Anthropic with an API key.
+#[derive(Clone)]
+pub struct AnthropicUpstream {
+    http: reqwest::Client,
+    base_url: String,
+    api_key: String,
+}
+
+impl std::fmt::Debug for AnthropicUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicUpstream")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AnthropicUpstream {
+    /// An upstream at `base_url` using `api_key`.
+    pub fn new(http: reqwest::Client, base_url: &str, api_key: String) -> Self {
+        AnthropicUpstream {
+            http,
+            base_url: trim_base(base_url),
+            api_key,
+        }
+    }
+
+    fn key_header(&self) -> http::HeaderValue {
+        let mut v = http::HeaderValue::from_str(&self.api_key)
+            .unwrap_or_else(|_| http::HeaderValue::from_static("invalid"));
+        v.set_sensitive(true);
+        v
+    }
+}
+
+#[async_trait]
+impl Upstream for AnthropicUpstream {
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    async fn catalog(&self) -> Result<Catalog, UpstreamError> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/models?limit=1000", self.base_url))
+            .header("x-api-key", self.key_header())
+            .header("anthropic-version", "2023-06-01")
+            .send()
+            .await
+            .map_err(|e| UpstreamError::Transport(describe_reqwest(&e)))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| UpstreamError::Transport(describe_reqwest(&e)))?;
+        if status == 401 {
+            return Err(UpstreamError::CredentialRejected("Anthropic rejected ANTHROPIC_API_KEY".into()));
+        }
+        if !(200..300).contains(&status) {
+            return Err(UpstreamError::Http {
+                status,
+                message: String::from_utf8_lossy(&body).chars().take(500).collect(),
+            });
+        }
+        #[derive(Deserialize)]
+        struct Entry {
+            id: String,
+            #[serde(default)]
+            display_name: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Page {
+            #[serde(default)]
+            data: Vec<Entry>,
+        }
+        let page: Page = serde_json::from_slice(&body)
+            .map_err(|e| UpstreamError::Protocol(format!("Anthropic models: {e}")))?;
+        Ok(Catalog {
+            models: page
+                .data
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| CatalogModel {
+                    sdk_id: e.id.clone(),
+                    display_name: e.display_name.unwrap_or_else(|| e.id.clone()),
+                    upstream_id: e.id,
+                    effort_levels: Vec::new(),
+                    is_default: i == 0,
+                    max_prompt_tokens: None,
+                    max_output_tokens: None,
+                })
+                .collect(),
+            strict: false,
+        })
+    }
+
+    async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {
+        let mut req = self
+            .http
+            .post(format!("{}/v1/messages", self.base_url))
+            .header("x-api-key", self.key_header())
+            .header("content-type", "application/json")
+            .header(
+                "anthropic-version",
+                call.anthropic_version.as_deref().unwrap_or("2023-06-01"),
+            )
+            .body(call.body.clone());
+        if let Some(b) = &call.anthropic_beta {
+            req = req.header("anthropic-beta", b);
+        }
+        if let Some(ua) = &call.client_user_agent {
+            req = req.header("user-agent", ua);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| UpstreamError::Transport(describe_reqwest(&e)))?;
+        Ok(UpstreamResponse {
+            status: resp.status().as_u16(),
+            headers: passthrough_headers(&resp),
+            body: body_stream(resp),
+        })
+    }
+}

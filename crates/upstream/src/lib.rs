@@ -1,0 +1,216 @@
+//! Upstreams for claude-host.
+//!
+//! Everything that leaves the machine goes through here: GitHub sign-in (device flow), the
+//! credential file, the Copilot API (token mint, model catalog, `/v1/messages`), the user's own
+//! Anthropic API key, and the offline replay / recording upstreams. The proxy sees only the
+//! [`Upstream`] trait.
+
+pub mod anthropic;
+pub mod clock;
+pub mod copilot;
+pub mod credentials;
+pub mod device_flow;
+pub mod record;
+pub mod replay;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use claude_host_protocol::messages::Initiator;
+use futures::stream::BoxStream;
+
+/// One model an upstream offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogModel {
+    /// The id the upstream expects in requests.
+    pub upstream_id: String,
+    /// The id in Claude Code's form (what `/v1/models` lists).
+    pub sdk_id: String,
+    /// Display name.
+    pub display_name: String,
+    /// Supported reasoning-effort levels.
+    pub effort_levels: Vec<String>,
+    /// The upstream's default model.
+    pub is_default: bool,
+    /// Largest prompt the upstream accepts, when known.
+    pub max_prompt_tokens: Option<u64>,
+    /// Largest output, when known.
+    pub max_output_tokens: Option<u64>,
+}
+
+/// The models an upstream offers and how requested ids are matched to them.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    /// Models, the default first.
+    pub models: Vec<CatalogModel>,
+    /// When true, a requested id must resolve to one of `models` (Copilot). When false the id
+    /// is forwarded as sent and the upstream decides (Anthropic, replay).
+    pub strict: bool,
+}
+
+impl Catalog {
+    /// The upstream ids, in catalog order.
+    pub fn upstream_ids(&self) -> Vec<&str> {
+        self.models.iter().map(|m| m.upstream_id.as_str()).collect()
+    }
+}
+
+/// A `/v1/messages` call, ready to send.
+#[derive(Debug, Clone)]
+pub struct MessagesCall {
+    /// The JSON body, its `model` already the upstream id.
+    pub body: Bytes,
+    /// The upstream model id.
+    pub model: String,
+    /// Whether the client asked for SSE.
+    pub stream: bool,
+    /// Who started the request (Copilot's `X-Initiator`).
+    pub initiator: Initiator,
+    /// The client's `anthropic-version`.
+    pub anthropic_version: Option<String>,
+    /// The client's `anthropic-beta`, already filtered for this upstream.
+    pub anthropic_beta: Option<String>,
+    /// The client's `User-Agent`.
+    pub client_user_agent: Option<String>,
+    /// The proxy session id (from the bearer token).
+    pub session_id: String,
+}
+
+/// An upstream reply: status, the headers worth passing on, and the body as it arrives.
+pub struct UpstreamResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// Headers to pass through (`retry-after`, `request-id`, `content-type`).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: BoxStream<'static, Result<Bytes, UpstreamError>>,
+}
+
+impl std::fmt::Debug for UpstreamResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamResponse")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamResponse {
+    /// A whole-body reply.
+    pub fn full(status: u16, content_type: &str, body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        UpstreamResponse {
+            status,
+            headers: vec![("content-type".to_owned(), content_type.to_owned())],
+            body: Box::pin(futures::stream::once(async move { Ok(body) })),
+        }
+    }
+
+    /// A header's value (names are lower-case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why an upstream call failed before producing a reply.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// No GitHub credential is configured.
+    #[error("not signed in to GitHub: run `claude-host login` (or set GH_TOKEN)")]
+    NotSignedIn,
+    /// GitHub refused the stored credential.
+    #[error("GitHub rejected the stored credential ({0}): run `claude-host login` again")]
+    CredentialRejected(String),
+    /// The account has no Copilot access (or the subscription ended).
+    #[error("this GitHub account has no GitHub Copilot access ({0})")]
+    NoCopilotAccess(String),
+    /// The upstream could not be reached or the connection failed.
+    #[error("upstream unreachable: {0}")]
+    Transport(String),
+    /// The upstream answered with an unexpected status (for calls whose errors are not passed
+    /// through verbatim, such as the model catalog).
+    #[error("upstream returned HTTP {status}: {message}")]
+    Http {
+        /// HTTP status.
+        status: u16,
+        /// The upstream's message.
+        message: String,
+    },
+    /// The upstream answered something that could not be understood.
+    #[error("unexpected upstream response: {0}")]
+    Protocol(String),
+    /// The replay file has no answer for this request.
+    #[error("replay: {0}")]
+    Replay(String),
+}
+
+/// A source of model responses. The proxy talks to nothing else.
+#[async_trait]
+pub trait Upstream: Send + Sync + 'static {
+    /// A short name for logs and `doctor` (`copilot`, `anthropic`, `replay`).
+    fn name(&self) -> &'static str;
+
+    /// The models on offer.
+    async fn catalog(&self) -> Result<Catalog, UpstreamError>;
+
+    /// Sends a Messages request. Errors the upstream reports over HTTP come back as an
+    /// [`UpstreamResponse`] with their status; `Err` is for failures with no HTTP reply.
+    async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError>;
+
+    /// Whether `anthropic-beta` must be filtered through the allowlist for this upstream.
+    fn filters_betas(&self) -> bool {
+        false
+    }
+}
+
+/// Builds the shared HTTP client: connect timeout, no total timeout (streams can last many
+/// minutes), TCP_NODELAY.
+pub fn http_client() -> Result<reqwest::Client, UpstreamError> {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(15))
+        .tcp_nodelay(true)
+        .pool_idle_timeout(std::time::Duration::from_secs(60))
+        .user_agent(concat!("claude-host/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| UpstreamError::Transport(format!("cannot build HTTP client: {e}")))
+}
+
+/// Strips a trailing slash so `format!("{base}/path")` never doubles it.
+pub(crate) fn trim_base(url: &str) -> String {
+    url.trim_end_matches('/').to_owned()
+}
+
+/// A response body as an upstream byte stream.
+pub(crate) fn body_stream(resp: reqwest::Response) -> BoxStream<'static, Result<Bytes, UpstreamError>> {
+    use futures::TryStreamExt;
+    Box::pin(
+        resp.bytes_stream()
+            .map_err(|e| UpstreamError::Transport(describe_reqwest(&e))),
+    )
+}
+
+/// Headers of an upstream reply worth passing to the client.
+pub(crate) fn passthrough_headers(resp: &reqwest::Response) -> Vec<(String, String)> {
+    const KEEP: &[&str] = &["content-type", "retry-after", "request-id", "x-request-id", "anthropic-ratelimit-requests-remaining"];
+    resp.headers()
+        .iter()
+        .filter(|(k, _)| KEEP.contains(&k.as_str()))
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect()
+}
+
+/// A reqwest error described with its cause chain but never its URL's credentials (there are
+/// none in our URLs) — reqwest's Display omits the underlying cause.
+pub(crate) fn describe_reqwest(e: &reqwest::Error) -> String {
+    use std::error::Error;
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
