@@ -82,7 +82,11 @@ pub(crate) async fn version_of(path: &Path) -> anyhow::Result<String> {
 
 /// Finds the CLI: explicit path, then the pinned install, then `claude` on PATH. With
 /// `install`, installs the pinned version when none is found.
-pub(crate) async fn locate(explicit: Option<&Path>, home: &Path, install: bool) -> anyhow::Result<FoundCli> {
+pub(crate) async fn locate(
+    explicit: Option<&Path>,
+    home: &Path,
+    install: bool,
+) -> anyhow::Result<FoundCli> {
     let candidate = if let Some(p) = explicit {
         Some((p.to_owned(), Origin::Explicit))
     } else if let Some(p) = pinned_binary(home) {
@@ -110,7 +114,11 @@ pub(crate) async fn locate(explicit: Option<&Path>, home: &Path, install: bool) 
             "using a Claude Code version other than the pinned one"
         );
     }
-    Ok(FoundCli { path, version, origin })
+    Ok(FoundCli {
+        path,
+        version,
+        origin,
+    })
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -123,21 +131,29 @@ fn is_executable(p: &Path) -> bool {
 /// Installs `@anthropic-ai/claude-code@<pinned>` with npm into the data directory, showing
 /// npm's progress on stderr, and returns the verified native binary.
 pub(crate) async fn install_pinned(home: &Path, force: bool) -> anyhow::Result<PathBuf> {
-    if !force {
-        if let Some(p) = pinned_binary(home) {
-            if version_of(&p).await.is_ok_and(|v| v == PINNED_VERSION) {
-                return Ok(p);
-            }
-        }
+    if !force
+        && let Some(p) = pinned_binary(home)
+        && version_of(&p).await.is_ok_and(|v| v == PINNED_VERSION)
+    {
+        return Ok(p);
     }
     let dir = install_dir(home);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let npm = which("npm").context(
         "npm was not found on PATH; install Node.js (which ships npm) to let claude-host install Claude Code",
     )?;
-    eprintln!("Installing @anthropic-ai/claude-code@{PINNED_VERSION} into {} …", dir.display());
+    eprintln!(
+        "Installing @anthropic-ai/claude-code@{PINNED_VERSION} into {} …",
+        dir.display()
+    );
     let status = tokio::process::Command::new(npm)
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=http", "--prefix"])
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=http",
+            "--prefix",
+        ])
         .arg(&dir)
         .arg(format!("@anthropic-ai/claude-code@{PINNED_VERSION}"))
         .stdin(Stdio::null())

@@ -5,7 +5,9 @@ use crate::setup::Context;
 use anyhow::{Context as _, bail};
 use claude_host_proxy::{ProxyConfig, ProxyHandle};
 use claude_host_upstream::credentials::{StoredCredential, TokenSource};
-use claude_host_upstream::device_flow::{DEFAULT_CLIENT_ID, DEFAULT_SCOPE, DeviceFlow, PollProgress};
+use claude_host_upstream::device_flow::{
+    DEFAULT_CLIENT_ID, DEFAULT_SCOPE, DeviceFlow, PollProgress,
+};
 use claude_host_upstream::{Upstream, http_client};
 use serde_json::json;
 use std::io::{IsTerminal, Write};
@@ -67,7 +69,11 @@ impl ProxyTuning {
             ..ProxyConfig::default()
         };
         if let Some(list) = &self.beta_allowlist {
-            config.beta_families = list.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect();
+            config.beta_families = list
+                .iter()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect();
         }
         Ok(config)
     }
@@ -79,14 +85,26 @@ pub(crate) struct ClaudeArgs {
     #[command(flatten)]
     tuning: ProxyTuning,
     /// Arguments passed to Claude Code unchanged.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
     args: Vec<std::ffi::OsString>,
 }
 
 pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<ExitCode> {
-    let flow = DeviceFlow::new(http_client()?, &ctx.opts.github_url, &args.client_id, &args.scope);
+    let flow = DeviceFlow::new(
+        http_client()?,
+        &ctx.opts.github_url,
+        &args.client_id,
+        &args.scope,
+    );
     let code = flow.request_code().await?;
-    eprintln!("To sign in, open {} and enter the code: {}", code.verification_uri, code.user_code);
+    eprintln!(
+        "To sign in, open {} and enter the code: {}",
+        code.verification_uri, code.user_code
+    );
     let tty = std::io::stderr().is_terminal();
     let granted = flow
         .poll(&code, |p| match p {
@@ -96,7 +114,10 @@ pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<Exit
             }
             PollProgress::Pending(_) => {}
             PollProgress::SlowDown(i) => {
-                eprintln!("\nGitHub asked to slow down; checking every {} s", i.as_secs());
+                eprintln!(
+                    "\nGitHub asked to slow down; checking every {} s",
+                    i.as_secs()
+                );
             }
         })
         .await;
@@ -113,7 +134,12 @@ pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<Exit
         Default::default(),
     );
     match copilot.github_user().await {
-        Ok(user) => login = user.get("login").and_then(|l| l.as_str()).map(str::to_owned),
+        Ok(user) => {
+            login = user
+                .get("login")
+                .and_then(|l| l.as_str())
+                .map(str::to_owned)
+        }
         Err(e) => tracing::warn!(error = %e, "signed in, but could not read the GitHub user"),
     }
     ctx.store.save(&StoredCredential {
@@ -133,7 +159,9 @@ pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<Exit
     }
     for var in ["GH_TOKEN", "GITHUB_TOKEN"] {
         if std::env::var_os(var).is_some() {
-            eprintln!("note: {var} is set in the environment and takes precedence over the saved credential");
+            eprintln!(
+                "note: {var} is set in the environment and takes precedence over the saved credential"
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -197,10 +225,18 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
     if as_json {
         println!("{report}");
     } else {
-        println!("Signed in as {} (credential: {source})", login.as_deref().unwrap_or("<unknown>"));
+        println!(
+            "Signed in as {} (credential: {source})",
+            login.as_deref().unwrap_or("<unknown>")
+        );
         match &info {
             Ok(i) => {
-                println!("Copilot plan: {}", i.get("copilot_plan").and_then(|p| p.as_str()).unwrap_or("unknown"));
+                println!(
+                    "Copilot plan: {}",
+                    i.get("copilot_plan")
+                        .and_then(|p| p.as_str())
+                        .unwrap_or("unknown")
+                );
                 if let Some(q) = i.pointer("/quota_snapshots/premium_interactions") {
                     if q.get("unlimited").and_then(|u| u.as_bool()) == Some(true) {
                         println!("Premium requests: unlimited");
@@ -209,8 +245,12 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
                             "Premium requests: {} of {} left ({}%), resets {}",
                             q.get("remaining").unwrap_or(&json!("?")),
                             q.get("entitlement").unwrap_or(&json!("?")),
-                            q.get("percent_remaining").and_then(|p| p.as_f64()).map_or("?".into(), |p| format!("{p:.0}")),
-                            i.get("quota_reset_date").and_then(|d| d.as_str()).unwrap_or("?")
+                            q.get("percent_remaining")
+                                .and_then(|p| p.as_f64())
+                                .map_or("?".into(), |p| format!("{p:.0}")),
+                            i.get("quota_reset_date")
+                                .and_then(|d| d.as_str())
+                                .unwrap_or("?")
                         );
                     }
                 }
@@ -227,7 +267,11 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             Err(e) => println!("Copilot token: {e}"),
         }
     }
-    Ok(if minted.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if minted.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
@@ -245,9 +289,17 @@ pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             .collect();
         println!("{}", json!({"upstream": upstream.name(), "models": models}));
     } else if catalog.models.is_empty() {
-        println!("No Claude models offered by the {} upstream.", upstream.name());
+        println!(
+            "No Claude models offered by the {} upstream.",
+            upstream.name()
+        );
     } else {
-        let width = catalog.models.iter().map(|m| m.sdk_id.len()).max().unwrap_or(0);
+        let width = catalog
+            .models
+            .iter()
+            .map(|m| m.sdk_id.len())
+            .max()
+            .unwrap_or(0);
         for m in &catalog.models {
             println!(
                 "{:width$}  {}{}{}",
@@ -265,7 +317,10 @@ pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-async fn start_proxy(ctx: &Context, config: ProxyConfig) -> anyhow::Result<(ProxyHandle, Arc<dyn Upstream>)> {
+async fn start_proxy(
+    ctx: &Context,
+    config: ProxyConfig,
+) -> anyhow::Result<(ProxyHandle, Arc<dyn Upstream>)> {
     let upstream = ctx.upstream()?;
     let handle = claude_host_proxy::start(config, upstream.clone()).await?;
     Ok((handle, upstream))
@@ -317,8 +372,17 @@ async fn wait_for_stop_signal() {
 }
 
 pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<ExitCode> {
-    let cli = claude_cli::locate(ctx.opts.claude_path.as_deref(), &ctx.home, !ctx.opts.no_install).await?;
-    let (handle, _upstream) = start_proxy(ctx, args.tuning.config(SocketAddr::from(([127, 0, 0, 1], 0)))?).await?;
+    let cli = claude_cli::locate(
+        ctx.opts.claude_path.as_deref(),
+        &ctx.home,
+        !ctx.opts.no_install,
+    )
+    .await?;
+    let (handle, _upstream) = start_proxy(
+        ctx,
+        args.tuning.config(SocketAddr::from(([127, 0, 0, 1], 0)))?,
+    )
+    .await?;
     let session = uuid_simple();
     let mut cmd = tokio::process::Command::new(&cli.path);
     cmd.args(&args.args)
@@ -403,7 +467,11 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
                 cli.version,
                 cli.path.display(),
                 cli.origin,
-                if cli.version == claude_cli::PINNED_VERSION { String::new() } else { format!(" — pinned version is {}", claude_cli::PINNED_VERSION) }
+                if cli.version == claude_cli::PINNED_VERSION {
+                    String::new()
+                } else {
+                    format!(" — pinned version is {}", claude_cli::PINNED_VERSION)
+                }
             ),
         ),
         Err(e) => report(false, "Claude Code CLI", format!("{e:#}")),
@@ -411,12 +479,20 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
     if ctx.opts.upstream == "copilot" {
         match ctx.github_token() {
             Ok(Some(t)) => report(true, "GitHub credential", t.source.to_string()),
-            Ok(None) => report(false, "GitHub credential", "not signed in; run `claude-host login`".into()),
+            Ok(None) => report(
+                false,
+                "GitHub credential",
+                "not signed in; run `claude-host login`".into(),
+            ),
             Err(e) => report(false, "GitHub credential", e.to_string()),
         }
         if let Ok(copilot) = ctx.copilot() {
             match copilot.token().await {
-                Ok(t) => report(true, "Copilot API", format!("token minted, API {}", t.api_base)),
+                Ok(t) => report(
+                    true,
+                    "Copilot API",
+                    format!("token minted, API {}", t.api_base),
+                ),
                 Err(e) => report(false, "Copilot API", e.to_string()),
             }
         }
@@ -428,12 +504,20 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
                 "Models",
                 format!("{} Claude models from {}", c.models.len(), up.name()),
             ),
-            Ok(_) => report(false, "Models", "the upstream offers no Claude models".into()),
+            Ok(_) => report(
+                false,
+                "Models",
+                "the upstream offers no Claude models".into(),
+            ),
             Err(e) => report(false, "Models", e.to_string()),
         },
         Err(e) => report(false, "Upstream", format!("{e:#}")),
     }
-    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn human_secs(s: i64) -> String {

@@ -54,7 +54,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let log_to_file = matches!(cli.command, Command::Claude(_));
     let _log_guard = setup::init_logging(&cli.global, log_to_file);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

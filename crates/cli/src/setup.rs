@@ -2,7 +2,9 @@
 
 use anyhow::{Context as _, bail};
 use claude_host_upstream::anthropic::{AnthropicUpstream, DEFAULT_BASE_URL};
-use claude_host_upstream::copilot::{ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream};
+use claude_host_upstream::copilot::{
+    ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
+};
 use claude_host_upstream::credentials::{CredentialStore, GithubToken};
 use claude_host_upstream::record::RecordingUpstream;
 use claude_host_upstream::replay::ReplayUpstream;
@@ -17,16 +19,31 @@ pub(crate) struct GlobalOpts {
     #[arg(long, global = true, env = "CLAUDE_HOST_HOME", value_name = "DIR")]
     pub home: Option<PathBuf>,
     /// GitHub web URL (device flow); change for GitHub Enterprise.
-    #[arg(long, global = true, env = "CLAUDE_HOST_GITHUB_URL", default_value = "https://github.com")]
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_GITHUB_URL",
+        default_value = "https://github.com"
+    )]
     pub github_url: String,
     /// GitHub API URL.
-    #[arg(long, global = true, env = "CLAUDE_HOST_GITHUB_API_URL", default_value = "https://api.github.com")]
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_GITHUB_API_URL",
+        default_value = "https://api.github.com"
+    )]
     pub github_api_url: String,
     /// Copilot API URL (default: the one the Copilot token names).
     #[arg(long, global = true, env = "CLAUDE_HOST_COPILOT_API_URL")]
     pub copilot_api_url: Option<String>,
     /// Where model calls go: `copilot`, `anthropic` (uses ANTHROPIC_API_KEY) or `replay:FILE`.
-    #[arg(long, global = true, env = "CLAUDE_HOST_UPSTREAM", default_value = "copilot")]
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_UPSTREAM",
+        default_value = "copilot"
+    )]
     pub upstream: String,
     /// Anthropic API URL for `--upstream anthropic`.
     #[arg(long, global = true, env = "CLAUDE_HOST_ANTHROPIC_BASE_URL", default_value = DEFAULT_BASE_URL)]
@@ -35,7 +52,12 @@ pub(crate) struct GlobalOpts {
     #[arg(long, global = true, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Path to the Claude Code CLI to use instead of the pinned install.
-    #[arg(long, global = true, env = "CLAUDE_HOST_CLAUDE_PATH", value_name = "PATH")]
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_CLAUDE_PATH",
+        value_name = "PATH"
+    )]
     pub claude_path: Option<PathBuf>,
     /// Never install the pinned CLI automatically.
     #[arg(long, global = true)]
@@ -100,7 +122,11 @@ impl Context {
                 .ok()
                 .filter(|k| !k.trim().is_empty())
                 .context("--upstream anthropic needs ANTHROPIC_API_KEY in the environment")?;
-            Arc::new(AnthropicUpstream::new(http_client()?, &self.opts.anthropic_base_url, key))
+            Arc::new(AnthropicUpstream::new(
+                http_client()?,
+                &self.opts.anthropic_base_url,
+                key,
+            ))
         } else if let Some(file) = spec.strip_prefix("replay:") {
             Arc::new(ReplayUpstream::load(std::path::Path::new(file))?)
         } else {

@@ -48,16 +48,28 @@ mod tests {
     #[test]
     fn bare_family_dropped_and_whitespace_trimmed() {
         assert_eq!(
-            filter_betas(" interleaved-thinking , context-management-2025-06-27 ", DEFAULT_BETA_FAMILIES)
-                .as_deref(),
+            filter_betas(
+                " interleaved-thinking , context-management-2025-06-27 ",
+                DEFAULT_BETA_FAMILIES
+            )
+            .as_deref(),
             Some("context-management-2025-06-27")
         );
-        assert_eq!(filter_betas("interleaved-thinking-", DEFAULT_BETA_FAMILIES), None);
+        assert_eq!(
+            filter_betas("interleaved-thinking-", DEFAULT_BETA_FAMILIES),
+            None
+        );
     }
 
     #[test]
     fn none_left_means_no_header() {
-        assert_eq!(filter_betas("claude-code-20250219,effort-2025-11-24", DEFAULT_BETA_FAMILIES), None);
+        assert_eq!(
+            filter_betas(
+                "claude-code-20250219,effort-2025-11-24",
+                DEFAULT_BETA_FAMILIES
+            ),
+            None
+        );
         assert_eq!(filter_betas("", DEFAULT_BETA_FAMILIES), None);
     }
 

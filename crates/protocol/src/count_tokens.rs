@@ -32,7 +32,10 @@ pub fn estimate_input_tokens(body: &Value) -> u64 {
         .get("messages")
         .and_then(Value::as_array)
         .map_or(0, Vec::len) as u64;
-    let tools = body.get("tools").and_then(Value::as_array).map_or(0, Vec::len) as u64;
+    let tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len) as u64;
     // Bytes stay far below 2^52, where the f64 conversion would lose precision.
     let text_tokens = (acc.bytes as f64 / BYTES_PER_TOKEN).ceil() as u64;
     text_tokens + acc.fixed + messages * 4 + tools * 8
@@ -98,6 +101,9 @@ mod tests {
         let i = estimate_input_tokens(&img);
         // The payload length does not count; the flat image charge does.
         assert_eq!(i, estimate_input_tokens(&img_small));
-        assert!((TOKENS_PER_IMAGE..TOKENS_PER_IMAGE + 20).contains(&i), "{i}");
+        assert!(
+            (TOKENS_PER_IMAGE..TOKENS_PER_IMAGE + 20).contains(&i),
+            "{i}"
+        );
     }
 }

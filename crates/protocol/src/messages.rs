@@ -160,7 +160,10 @@ fn initiator_of(messages: &[&RawValue]) -> Initiator {
                 if content.get().trim_start().starts_with('[') {
                     let blocks: Vec<BlockPeek> =
                         serde_json::from_str(content.get()).unwrap_or_default();
-                    if blocks.iter().any(|b| b.kind.as_deref() == Some("tool_result")) {
+                    if blocks
+                        .iter()
+                        .any(|b| b.kind.as_deref() == Some("tool_result"))
+                    {
                         return Initiator::Agent;
                     }
                 }
@@ -223,10 +226,19 @@ mod tests {
         assert_eq!(err(b"[1,2]"), RequestError::NotObject);
         assert_eq!(err(b"\"s\""), RequestError::NotObject);
         assert_eq!(err(br#"{"messages":[]}"#), RequestError::MissingModel);
-        assert_eq!(err(br#"{"model":"","messages":[]}"#), RequestError::MissingModel);
-        assert_eq!(err(br#"{"model":7,"messages":[]}"#), RequestError::MissingModel);
+        assert_eq!(
+            err(br#"{"model":"","messages":[]}"#),
+            RequestError::MissingModel
+        );
+        assert_eq!(
+            err(br#"{"model":7,"messages":[]}"#),
+            RequestError::MissingModel
+        );
         assert_eq!(err(br#"{"model":"m"}"#), RequestError::MessagesNotArray);
-        assert_eq!(err(br#"{"model":"m","messages":{}}"#), RequestError::MessagesNotArray);
+        assert_eq!(
+            err(br#"{"model":"m","messages":{}}"#),
+            RequestError::MessagesNotArray
+        );
     }
 
     #[test]
@@ -250,14 +262,21 @@ mod tests {
         };
         assert_eq!(init(r#"[{"role":"user","content":"hi"}]"#), Initiator::User);
         assert_eq!(
-            init(r#"[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"env"}]"#),
+            init(
+                r#"[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"env"}]"#
+            ),
             Initiator::User
         );
         assert_eq!(
-            init(r#"[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Bash","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"},{"type":"text","text":"<system-reminder>x</system-reminder>"}]}]"#),
+            init(
+                r#"[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Bash","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"},{"type":"text","text":"<system-reminder>x</system-reminder>"}]}]"#
+            ),
             Initiator::Agent
         );
-        assert_eq!(init(r#"[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]"#), Initiator::Agent);
+        assert_eq!(
+            init(r#"[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]"#),
+            Initiator::Agent
+        );
         assert_eq!(init("[]"), Initiator::Agent);
     }
 

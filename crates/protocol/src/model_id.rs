@@ -63,8 +63,12 @@ impl ClaudeModelId {
             _ => None,
         };
         let (name, major, minor) = match parts.as_slice() {
-            [n, maj, min] if is_name(n) && is_num(maj) && is_num(min) => (*n, num(maj), Some(num(min))),
-            [maj, min, n] if is_name(n) && is_num(maj) && is_num(min) => (*n, num(maj), Some(num(min))),
+            [n, maj, min] if is_name(n) && is_num(maj) && is_num(min) => {
+                (*n, num(maj), Some(num(min)))
+            }
+            [maj, min, n] if is_name(n) && is_num(maj) && is_num(min) => {
+                (*n, num(maj), Some(num(min)))
+            }
             [n, dotted] if is_name(n) && dotted.contains('.') => {
                 let (maj, min) = dotted.split_once('.')?;
                 if !is_num(maj) || !is_num(min) {
@@ -100,10 +104,8 @@ impl ClaudeModelId {
             out.push('.');
             out.push_str(&minor.to_string());
         }
-        if let Some(m) = &self.modifier {
-            if self.name == "opus" && m == "1m" {
-                out.push_str("-1m");
-            }
+        if self.name == "opus" && self.modifier.as_deref() == Some("1m") {
+            out.push_str("-1m");
         }
         out
     }
@@ -205,13 +207,34 @@ mod tests {
 
     #[test]
     fn reference_vectors() {
-        assert_eq!(endpoint("claude-sonnet-4-5-20250929").as_deref(), Some("claude-sonnet-4.5"));
-        assert_eq!(endpoint("claude-opus-4-6-1m-20251101").as_deref(), Some("claude-opus-4.6-1m"));
-        assert_eq!(endpoint("claude-3-5-sonnet-20241022").as_deref(), Some("claude-sonnet-3.5"));
-        assert_eq!(endpoint("claude-sonnet-4-1m").as_deref(), Some("claude-sonnet-4"));
-        assert_eq!(endpoint("claude-sonnet-4-20250514").as_deref(), Some("claude-sonnet-4"));
-        assert_eq!(endpoint("claude-opus-5-5").as_deref(), Some("claude-opus-5.5"));
-        assert_eq!(endpoint("Claude-Sonnet-4.5").as_deref(), Some("claude-sonnet-4.5"));
+        assert_eq!(
+            endpoint("claude-sonnet-4-5-20250929").as_deref(),
+            Some("claude-sonnet-4.5")
+        );
+        assert_eq!(
+            endpoint("claude-opus-4-6-1m-20251101").as_deref(),
+            Some("claude-opus-4.6-1m")
+        );
+        assert_eq!(
+            endpoint("claude-3-5-sonnet-20241022").as_deref(),
+            Some("claude-sonnet-3.5")
+        );
+        assert_eq!(
+            endpoint("claude-sonnet-4-1m").as_deref(),
+            Some("claude-sonnet-4")
+        );
+        assert_eq!(
+            endpoint("claude-sonnet-4-20250514").as_deref(),
+            Some("claude-sonnet-4")
+        );
+        assert_eq!(
+            endpoint("claude-opus-5-5").as_deref(),
+            Some("claude-opus-5.5")
+        );
+        assert_eq!(
+            endpoint("Claude-Sonnet-4.5").as_deref(),
+            Some("claude-sonnet-4.5")
+        );
         assert_eq!(endpoint("claude-3-opus").as_deref(), Some("claude-opus-3"));
         assert_eq!(endpoint("foo").as_deref(), Some("foo"));
         assert_eq!(endpoint("gpt-4o"), None);
@@ -221,11 +244,21 @@ mod tests {
 
     #[test]
     fn sdk_ids_round_trip() {
-        for id in ["claude-sonnet-4.5", "claude-opus-4.6-1m", "claude-sonnet-4", "claude-haiku-5.5"] {
+        for id in [
+            "claude-sonnet-4.5",
+            "claude-opus-4.6-1m",
+            "claude-sonnet-4",
+            "claude-haiku-5.5",
+        ] {
             let sdk = ClaudeModelId::parse(id).unwrap().sdk_id();
             assert_eq!(endpoint(&sdk).as_deref(), Some(id), "{id} -> {sdk}");
         }
-        assert_eq!(ClaudeModelId::parse("claude-opus-4-6[1m]").unwrap().sdk_id(), "claude-opus-4-6[1m]");
+        assert_eq!(
+            ClaudeModelId::parse("claude-opus-4-6[1m]")
+                .unwrap()
+                .sdk_id(),
+            "claude-opus-4-6[1m]"
+        );
     }
 
     #[test]

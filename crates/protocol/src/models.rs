@@ -154,7 +154,9 @@ mod tests {
 
     #[test]
     fn default_first() {
-        let a = model(json!({"id":"claude-sonnet-4.5","vendor":"Anthropic","supported_endpoints":["/v1/messages"],"model_picker_enabled":true,"capabilities":{"supports":{"tool_calls":true}}}));
+        let a = model(
+            json!({"id":"claude-sonnet-4.5","vendor":"Anthropic","supported_endpoints":["/v1/messages"],"model_picker_enabled":true,"capabilities":{"supports":{"tool_calls":true}}}),
+        );
         let mut b = a.clone();
         b.id = "claude-opus-5.5".into();
         b.is_chat_default = true;

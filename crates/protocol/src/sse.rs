@@ -153,11 +153,29 @@ mod tests {
         let s = b"event: a\ndata: 1\n\nevent: b\r\ndata: 2\r\n\r\nevent: c\ndata: 3\n";
         let mut p = EventParser::new();
         p.push(s);
-        assert_eq!(p.next_event().unwrap(), Event { name: "a".into(), data: "1".into() });
-        assert_eq!(p.next_event().unwrap(), Event { name: "b".into(), data: "2".into() });
+        assert_eq!(
+            p.next_event().unwrap(),
+            Event {
+                name: "a".into(),
+                data: "1".into()
+            }
+        );
+        assert_eq!(
+            p.next_event().unwrap(),
+            Event {
+                name: "b".into(),
+                data: "2".into()
+            }
+        );
         assert_eq!(p.next_event(), None);
         p.push(b"\n");
-        assert_eq!(p.next_event().unwrap(), Event { name: "c".into(), data: "3".into() });
+        assert_eq!(
+            p.next_event().unwrap(),
+            Event {
+                name: "c".into(),
+                data: "3".into()
+            }
+        );
     }
 
     #[test]

@@ -72,7 +72,11 @@ mod tests {
         let a = Nonce::generate();
         let b = Nonce::generate();
         assert_eq!(a.as_str().len(), 64);
-        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(
+            a.as_str()
+                .bytes()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
         assert_ne!(a.as_str(), b.as_str());
         assert_eq!(format!("{a:?}"), "Nonce(<redacted>)");
     }
@@ -105,7 +109,10 @@ mod tests {
         assert!(!host_allowed(Some(b"evil.example:4000"), &allowed));
         assert!(!host_allowed(Some(b"127.0.0.1:4001"), &allowed));
         assert!(!host_allowed(None, &allowed));
-        let lan = allowed_hosts("192.168.1.5:0".parse().unwrap(), "192.168.1.5:4000".parse().unwrap());
+        let lan = allowed_hosts(
+            "192.168.1.5:0".parse().unwrap(),
+            "192.168.1.5:4000".parse().unwrap(),
+        );
         assert!(host_allowed(Some(b"192.168.1.5:4000"), &lan));
     }
 }

@@ -45,7 +45,10 @@ impl Default for ProxyConfig {
             body_limit: 32 * 1024 * 1024,
             ping_interval: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(600),
-            beta_families: DEFAULT_BETA_FAMILIES.iter().map(|s| (*s).to_owned()).collect(),
+            beta_families: DEFAULT_BETA_FAMILIES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
         }
     }
 }
@@ -140,7 +143,10 @@ impl ProxyHandle {
 }
 
 /// Binds and starts serving in the background.
-pub async fn start(config: ProxyConfig, upstream: Arc<dyn Upstream>) -> Result<ProxyHandle, ProxyError> {
+pub async fn start(
+    config: ProxyConfig,
+    upstream: Arc<dyn Upstream>,
+) -> Result<ProxyHandle, ProxyError> {
     let listener = bind(config.listen).map_err(|source| ProxyError::Bind {
         addr: config.listen,
         source,
@@ -158,7 +164,12 @@ pub async fn start(config: ProxyConfig, upstream: Arc<dyn Upstream>) -> Result<P
     });
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
-    tracker.spawn(accept_loop(listener, state.clone(), cancel.clone(), tracker.clone()));
+    tracker.spawn(accept_loop(
+        listener,
+        state.clone(),
+        cancel.clone(),
+        tracker.clone(),
+    ));
     tracing::info!(%addr, "proxy listening");
     Ok(ProxyHandle {
         addr,
@@ -180,7 +191,12 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>, cancel: CancellationToken, tracker: TaskTracker) {
+async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<State>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+) {
     loop {
         let (stream, peer) = tokio::select! {
             () = cancel.cancelled() => return,

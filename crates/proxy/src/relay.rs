@@ -31,7 +31,12 @@ pub(crate) struct RequestLog {
 }
 
 impl RequestLog {
-    pub(crate) fn new(session: String, model: String, upstream_model: String, started: Instant) -> Self {
+    pub(crate) fn new(
+        session: String,
+        model: String,
+        upstream_model: String,
+        started: Instant,
+    ) -> Self {
         RequestLog {
             session,
             model,
@@ -52,10 +57,16 @@ impl RequestLog {
 
     pub(crate) fn set_usage_from_message(&mut self, message: &serde_json::Value) {
         let usage = message.get("usage");
-        let get = |k: &str| usage.and_then(|u| u.get(k)).and_then(serde_json::Value::as_u64);
+        let get = |k: &str| {
+            usage
+                .and_then(|u| u.get(k))
+                .and_then(serde_json::Value::as_u64)
+        };
         if let Some(i) = get("input_tokens") {
-            self.input_tokens =
-                Some(i + get("cache_read_input_tokens").unwrap_or(0) + get("cache_creation_input_tokens").unwrap_or(0));
+            self.input_tokens = Some(
+                i + get("cache_read_input_tokens").unwrap_or(0)
+                    + get("cache_creation_input_tokens").unwrap_or(0),
+            );
         }
         if let Some(o) = get("output_tokens") {
             self.output_tokens = Some(o);
@@ -149,21 +160,32 @@ impl Relay {
     pub(crate) async fn start(mut self) -> RelayStart {
         let deadline = tokio::time::Instant::now() + self.idle_timeout;
         loop {
-            let next = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut self.upstream)).await;
+            let next =
+                tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut self.upstream))
+                    .await;
             let fail = |relay: &mut Relay, status: u16, env: ErrorEnvelope| {
                 relay.log.finish(status, &env.error.message);
-                RelayStart::Error { status, envelope: env }
+                RelayStart::Error {
+                    status,
+                    envelope: env,
+                }
             };
             match next {
                 Err(_) => {
                     let env = ErrorEnvelope::new(
                         ErrorKind::Api,
-                        format!("upstream sent nothing for {} s", self.idle_timeout.as_secs()),
+                        format!(
+                            "upstream sent nothing for {} s",
+                            self.idle_timeout.as_secs()
+                        ),
                     );
                     return fail(&mut self, 504, env);
                 }
                 Ok(None) => {
-                    let env = ErrorEnvelope::new(ErrorKind::Api, "upstream closed the stream before sending any event");
+                    let env = ErrorEnvelope::new(
+                        ErrorKind::Api,
+                        "upstream closed the stream before sending any event",
+                    );
                     return fail(&mut self, 502, env);
                 }
                 Ok(Some(Err(e))) => {
@@ -173,11 +195,11 @@ impl Relay {
                 Ok(Some(Ok(chunk))) => {
                     self.buf.extend_from_slice(&chunk);
                     self.process();
-                    if self.events_out == 0 {
-                        if let Some(env) = self.first_error.take() {
-                            let status = status_for_error_type(&env.error.kind);
-                            return fail(&mut self, status, env);
-                        }
+                    if self.events_out == 0
+                        && let Some(env) = self.first_error.take()
+                    {
+                        let status = status_for_error_type(&env.error.kind);
+                        return fail(&mut self, status, env);
                     }
                     if !self.out.is_empty() || self.finished {
                         self.log.mark_first_byte();
@@ -213,8 +235,11 @@ impl Relay {
             let raw = &self.buf[pass_end..end];
             match event_name(raw) {
                 Some(b"message_start") => {
-                    let replaced =
-                        rewrite_message_start(&event_data(raw), &self.requested_model, &mut self.log);
+                    let replaced = rewrite_message_start(
+                        &event_data(raw),
+                        &self.requested_model,
+                        &mut self.log,
+                    );
                     self.replace(&mut pass_end, end, Some(replaced));
                     self.events_out += 1;
                 }
@@ -232,7 +257,10 @@ impl Relay {
                 Some(b"error") => {
                     let data = event_data(raw);
                     let env = ErrorEnvelope::parse(&data).unwrap_or_else(|| {
-                        ErrorEnvelope::new(ErrorKind::Api, String::from_utf8_lossy(&data).into_owned())
+                        ErrorEnvelope::new(
+                            ErrorKind::Api,
+                            String::from_utf8_lossy(&data).into_owned(),
+                        )
                     });
                     let frame = error_frame(&env);
                     self.first_error = Some(env);
@@ -302,8 +330,12 @@ impl Relay {
                     self.buf.extend_from_slice(&chunk);
                     self.process();
                 }
-                Poll::Ready(Some(Err(e))) => self.fail_stream(format!("upstream connection failed mid-stream: {e}")),
-                Poll::Ready(None) => self.fail_stream("upstream ended the stream before message_stop".to_owned()),
+                Poll::Ready(Some(Err(e))) => {
+                    self.fail_stream(format!("upstream connection failed mid-stream: {e}"))
+                }
+                Poll::Ready(None) => {
+                    self.fail_stream("upstream ended the stream before message_stop".to_owned())
+                }
                 Poll::Pending => {
                     if self.sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
@@ -329,7 +361,10 @@ impl Relay {
 fn rewrite_message_start(data: &[u8], requested_model: &str, log: &mut RequestLog) -> Bytes {
     match serde_json::from_slice::<serde_json::Value>(data) {
         Ok(mut v) => {
-            if let Some(msg) = v.get_mut("message").and_then(serde_json::Value::as_object_mut) {
+            if let Some(msg) = v
+                .get_mut("message")
+                .and_then(serde_json::Value::as_object_mut)
+            {
                 msg.insert(
                     "model".to_owned(),
                     serde_json::Value::String(requested_model.to_owned()),
@@ -356,10 +391,10 @@ fn note_delta_usage(raw: &[u8], log: &mut RequestLog) {
         #[serde(default)]
         output_tokens: Option<u64>,
     }
-    if let Ok(d) = serde_json::from_slice::<Delta>(&event_data(raw)) {
-        if let Some(o) = d.usage.and_then(|u| u.output_tokens) {
-            log.output_tokens = Some(o);
-        }
+    if let Ok(d) = serde_json::from_slice::<Delta>(&event_data(raw))
+        && let Some(o) = d.usage.and_then(|u| u.output_tokens)
+    {
+        log.output_tokens = Some(o);
     }
 }
 

@@ -29,7 +29,10 @@ pub(crate) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Respons
         .map(HeaderValue::as_bytes)
         .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
     if !host_allowed(host, &state.allowed_hosts) {
-        let shown = host.map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+        let shown = host
+            .map(String::from_utf8_lossy)
+            .unwrap_or_default()
+            .into_owned();
         tracing::warn!(host = %shown, "refused a request with a foreign Host header");
         return error(
             StatusCode::FORBIDDEN,
@@ -39,15 +42,25 @@ pub(crate) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Respons
     }
     let path = req.uri().path().to_owned();
     if req.method() == Method::GET && path == "/" {
-        return full(StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ok"));
+        return full(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            Bytes::from_static(b"ok"),
+        );
     }
     let Some(session) = check_bearer(
-        req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes),
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
         &state.nonce,
     )
     .map(str::to_owned) else {
         tracing::warn!(method = %req.method(), %path, "refused an unauthenticated request");
-        return error(StatusCode::UNAUTHORIZED, ErrorKind::Authentication, "Invalid authentication");
+        return error(
+            StatusCode::UNAUTHORIZED,
+            ErrorKind::Authentication,
+            "Invalid authentication",
+        );
     };
     match (req.method().clone(), path.as_str()) {
         (Method::POST, "/v1/messages") => messages(req, state, session).await,
@@ -105,7 +118,13 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
     };
     let parsed = match MessagesRequest::parse(&body) {
         Ok(p) => p,
-        Err(e) => return error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, e.to_string()),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::InvalidRequest,
+                e.to_string(),
+            );
+        }
     };
     let upstream = state.upstream();
     let catalog = match upstream.catalog().await {
@@ -117,7 +136,8 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         match model_id::resolve(&parsed.model, &ids) {
             Some(id) => id.to_owned(),
             None => {
-                let available: Vec<&str> = catalog.models.iter().map(|m| m.sdk_id.as_str()).collect();
+                let available: Vec<&str> =
+                    catalog.models.iter().map(|m| m.sdk_id.as_str()).collect();
                 tracing::warn!(%session, model = %parsed.model, "unknown model");
                 return error(
                     StatusCode::NOT_FOUND,
@@ -125,7 +145,11 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
                     format!(
                         "Unknown model: {}. Available Claude models: {}",
                         parsed.model,
-                        if available.is_empty() { "(none)".to_owned() } else { available.join(", ") }
+                        if available.is_empty() {
+                            "(none)".to_owned()
+                        } else {
+                            available.join(", ")
+                        }
                     ),
                 );
             }
@@ -142,7 +166,12 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         Some(b) if upstream.filters_betas() => filter_betas(&b, &state.config.beta_families),
         other => other,
     };
-    let mut log = RequestLog::new(session.clone(), parsed.model.clone(), upstream_model.clone(), started);
+    let mut log = RequestLog::new(
+        session.clone(),
+        parsed.model.clone(),
+        upstream_model.clone(),
+        started,
+    );
     let call = MessagesCall {
         body: outbound,
         model: upstream_model,
@@ -171,7 +200,10 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         let status = resp.status;
         let body = collect_capped(resp.body, 1024 * 1024).await;
         let env = ErrorEnvelope::from_upstream_body(status, &body);
-        log.finish(status, &format!("upstream {}: {}", env.error.kind, env.error.message));
+        log.finish(
+            status,
+            &format!("upstream {}: {}", env.error.kind, env.error.message),
+        );
         return with_headers(json(status_code(status), env.to_json()), &passthrough);
     }
     if !parsed.stream {
@@ -214,7 +246,11 @@ async fn count_tokens(req: Request<Incoming>, state: Arc<State>) -> Response<Bod
         Err(resp) => return resp,
     };
     if let Err(e) = MessagesRequest::parse(&body) {
-        return error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, e.to_string());
+        return error(
+            StatusCode::BAD_REQUEST,
+            ErrorKind::InvalidRequest,
+            e.to_string(),
+        );
     }
     let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let tokens = estimate_input_tokens(&value);
@@ -244,7 +280,10 @@ async fn models(state: Arc<State>) -> Response<Body> {
             })
             .collect(),
     );
-    json(StatusCode::OK, serde_json::to_vec(&page).unwrap_or_default())
+    json(
+        StatusCode::OK,
+        serde_json::to_vec(&page).unwrap_or_default(),
+    )
 }
 
 async fn collect_capped(
@@ -285,7 +324,11 @@ fn status_code(status: u16) -> StatusCode {
     StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY)
 }
 
-pub(crate) fn error(status: StatusCode, kind: ErrorKind, message: impl Into<String>) -> Response<Body> {
+pub(crate) fn error(
+    status: StatusCode,
+    kind: ErrorKind,
+    message: impl Into<String>,
+) -> Response<Body> {
     json(status, ErrorEnvelope::new(kind, message).to_json())
 }
 
@@ -316,5 +359,9 @@ fn with_headers(mut resp: Response<Body>, headers: &[(String, String)]) -> Respo
 }
 
 fn internal_error() -> Response<Body> {
-    error(StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Api, "Internal proxy error")
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Api,
+        "Internal proxy error",
+    )
 }

@@ -203,10 +203,10 @@ impl CopilotUpstream {
     pub async fn token(&self) -> Result<Arc<CopilotToken>, UpstreamError> {
         let fut = {
             let mut state = lock(&self.inner.tokens);
-            if let Some(tok) = &state.current {
-                if self.inner.clock.now_unix() < tok.refresh_at {
-                    return Ok(tok.clone());
-                }
+            if let Some(tok) = &state.current
+                && self.inner.clock.now_unix() < tok.refresh_at
+            {
+                return Ok(tok.clone());
             }
             match &state.inflight {
                 Some(f) => f.clone(),
@@ -254,10 +254,10 @@ impl CopilotUpstream {
     /// The full Copilot catalog (all vendors), cached for the configured TTL.
     pub async fn raw_catalog(&self) -> Result<Arc<Vec<CopilotModel>>, UpstreamError> {
         let mut cache = self.inner.catalog.lock().await;
-        if let Some((at, models)) = &*cache {
-            if at.elapsed() < self.inner.options.catalog_ttl {
-                return Ok(models.clone());
-            }
+        if let Some((at, models)) = &*cache
+            && at.elapsed() < self.inner.options.catalog_ttl
+        {
+            return Ok(models.clone());
         }
         let models = Arc::new(self.fetch_catalog(true).await?);
         *cache = Some((Instant::now(), models.clone()));

@@ -153,10 +153,10 @@ impl Upstream for ReplayUpstream {
                 .and_then(|ev| ev.data.pointer("/message/model"))
                 .or_else(|| e.body.as_ref().and_then(|b| b.get("model")))
                 .and_then(Value::as_str);
-            if let Some(m) = model {
-                if !ids.iter().any(|i| i == m) {
-                    ids.push(m.to_owned());
-                }
+            if let Some(m) = model
+                && !ids.iter().any(|i| i == m)
+            {
+                ids.push(m.to_owned());
             }
         }
         Ok(Catalog {

@@ -1,0 +1,311 @@
+//! Proxy overhead benchmark: streams of 2,000 small `text_delta` events through
+//! `claude-host proxy` and directly from the fake upstream, at several concurrencies.
+//!
+//! Prints added time-to-first-byte (p50, p99), events/s through the proxy ÷ direct, proxy CPU
+//! per streamed event, and proxy RSS (idle, peak, after). Run with `scripts/bench-proxy.sh`.
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use claude_host_testkit::fake::{FakeConfig, FakeUpstream, Match, Reply, Rule};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const EVENTS_PER_STREAM: usize = 2_000;
+
+struct Target {
+    base: String,
+    auth: String,
+}
+
+#[derive(Default, Clone)]
+struct RunResult {
+    ttfb: Vec<Duration>,
+    events: u64,
+    wall: Duration,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args
+        .get(1)
+        .context("usage: proxy-bench <path to claude-host> [runs]")?
+        .clone();
+    let runs: usize = args.get(2).map(|r| r.parse()).transpose()?.unwrap_or(3);
+
+    // The fake runs on its own thread so the load client's runtime does not share its queue.
+    let fake_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let fake = fake_rt.block_on(FakeUpstream::start_with(FakeConfig {
+        sse_events_per_write: 10,
+        require_copilot_headers: false,
+        ..FakeConfig::default()
+    }))?;
+    fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::many_deltas(EVENTS_PER_STREAM),
+        times: Some(usize::MAX),
+    });
+
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let direct_token = client_rt.block_on(mint(&fake.url()))?;
+    let direct = Target {
+        base: fake.url(),
+        auth: format!("Bearer {direct_token}"),
+    };
+
+    let mut proxy = spawn_proxy(&bin, &fake.url())?;
+    let pid = proxy.child.id();
+    let via_proxy = Target {
+        base: proxy.base_url.clone(),
+        auth: format!("Bearer {}", proxy.auth_token),
+    };
+    // Warm up both paths (token mint, catalog, connection pools).
+    client_rt.block_on(run_load(&via_proxy, 4, 2))?;
+    client_rt.block_on(run_load(&direct, 4, 2))?;
+    let idle_rss = status_kb(pid, "VmRSS")?;
+
+    println!(
+        "# proxy benchmark: {EVENTS_PER_STREAM} text_delta events per stream, 10 events per upstream write, medians of {runs} runs (min..max)"
+    );
+    println!(
+        "| streams | added TTFB p50 | added TTFB p99 | events/s direct | events/s proxy | proxy ÷ direct | proxy CPU/event | proxy RSS peak |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for &(concurrency, per_task) in &[(1usize, 40usize), (64, 3), (512, 1)] {
+        let mut added_p50 = Vec::new();
+        let mut added_p99 = Vec::new();
+        let mut rate_direct = Vec::new();
+        let mut rate_proxy = Vec::new();
+        let mut ratio = Vec::new();
+        let mut cpu_per_event = Vec::new();
+        for _ in 0..runs {
+            let d = client_rt.block_on(run_load(&direct, concurrency, per_task))?;
+            let cpu0 = cpu_ns(pid)?;
+            let p = client_rt.block_on(run_load(&via_proxy, concurrency, per_task))?;
+            let cpu1 = cpu_ns(pid)?;
+            let (d50, d99) = percentiles(&d.ttfb);
+            let (p50, p99) = percentiles(&p.ttfb);
+            added_p50.push(p50.as_secs_f64() * 1e3 - d50.as_secs_f64() * 1e3);
+            added_p99.push(p99.as_secs_f64() * 1e3 - d99.as_secs_f64() * 1e3);
+            let rd = d.events as f64 / d.wall.as_secs_f64();
+            let rp = p.events as f64 / p.wall.as_secs_f64();
+            rate_direct.push(rd);
+            rate_proxy.push(rp);
+            ratio.push(rp / rd);
+            cpu_per_event.push((cpu1 - cpu0) as f64 / 1e3 / p.events as f64);
+        }
+        let peak = status_kb(pid, "VmHWM")?;
+        println!(
+            "| {concurrency} | {} ms | {} ms | {} | {} | {} | {} µs | {:.1} MB |",
+            fmt(&added_p50, 3),
+            fmt(&added_p99, 3),
+            fmt_k(&rate_direct),
+            fmt_k(&rate_proxy),
+            fmt(&ratio, 2),
+            fmt(&cpu_per_event, 2),
+            peak as f64 / 1024.0
+        );
+    }
+    let after = status_kb(pid, "VmRSS")?;
+    println!();
+    println!(
+        "proxy RSS: idle {:.1} MB, peak {:.1} MB, after the load {:.1} MB",
+        idle_rss as f64 / 1024.0,
+        status_kb(pid, "VmHWM")? as f64 / 1024.0,
+        after as f64 / 1024.0
+    );
+    println!(
+        "(CPU/event = on-CPU time of all proxy threads, from /proc/PID/task/*/schedstat, ÷ events relayed)"
+    );
+    let _ = proxy.child.kill();
+    let _ = proxy.child.wait();
+    fake_rt.block_on(fake.shutdown());
+    Ok(())
+}
+
+struct ProxyProcess {
+    child: Child,
+    base_url: String,
+    auth_token: String,
+}
+
+fn spawn_proxy(bin: &str, fake_url: &str) -> anyhow::Result<ProxyProcess> {
+    let home = std::env::temp_dir().join(format!("claude-host-bench-{}", std::process::id()));
+    let mut child = Command::new(bin)
+        .args(["proxy", "--json"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("CLAUDE_HOST_HOME", &home)
+        .env("GH_TOKEN", "gho_fake_github_token")
+        .env("CLAUDE_HOST_GITHUB_URL", fake_url)
+        .env("CLAUDE_HOST_GITHUB_API_URL", fake_url)
+        .env("CLAUDE_HOST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {bin}"))?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("no stdout")?).read_line(&mut line)?;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).with_context(|| format!("proxy printed {line:?}"))?;
+    let s = |k: &str| {
+        v[k].as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("missing {k}"))
+    };
+    Ok(ProxyProcess {
+        base_url: s("base_url")?,
+        auth_token: s("auth_token")?,
+        child,
+    })
+}
+
+async fn mint(fake_url: &str) -> anyhow::Result<String> {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let req = http::Request::get(format!("{fake_url}/copilot_internal/v2/token"))
+        .header("authorization", "token gho_fake_github_token")
+        .body(Full::new(Bytes::new()))?;
+    let resp = client.request(req).await?;
+    let body = resp.into_body().collect().await?.to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body)?;
+    v["token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("no token in mint reply")
+}
+
+fn body() -> Bytes {
+    Bytes::from(
+        serde_json::json!({
+            "model": "claude-opus-5.5",
+            "max_tokens": 64000,
+            "stream": true,
+            "messages": [{"role": "user", "content": "stream please"}]
+        })
+        .to_string(),
+    )
+}
+
+async fn run_load(
+    target: &Target,
+    concurrency: usize,
+    per_task: usize,
+) -> anyhow::Result<RunResult> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(concurrency)
+        .build(connector);
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let client = client.clone();
+        let url = format!("{}/v1/messages?beta=true", target.base);
+        let auth = target.auth.clone();
+        set.spawn(async move {
+            let mut out = RunResult::default();
+            for _ in 0..per_task {
+                let req = http::Request::post(&url)
+                    .header("authorization", &auth)
+                    .header("content-type", "application/json")
+                    .header("anthropic-version", "2023-06-01")
+                    .body(Full::new(body()))?;
+                let t0 = Instant::now();
+                let resp = client.request(req).await?;
+                if resp.status() != 200 {
+                    bail!("HTTP {}", resp.status());
+                }
+                let mut b = resp.into_body();
+                let mut first = true;
+                let mut events = 0u64;
+                while let Some(frame) = b.frame().await {
+                    let frame = frame?;
+                    if let Some(data) = frame.data_ref() {
+                        if first {
+                            out.ttfb.push(t0.elapsed());
+                            first = false;
+                        }
+                        events += memchr::memmem::find_iter(data, b"\n\n").count() as u64;
+                    }
+                }
+                out.events += events;
+            }
+            Ok(out)
+        });
+    }
+    let mut total = RunResult::default();
+    while let Some(r) = set.join_next().await {
+        let r = r??;
+        total.ttfb.extend(r.ttfb);
+        total.events += r.events;
+    }
+    total.wall = started.elapsed();
+    Ok(total)
+}
+
+fn percentiles(v: &[Duration]) -> (Duration, Duration) {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn fmt(v: &[f64], digits: usize) -> String {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.d$} ({:.d$}..{:.d$})", median(v), min, max, d = digits)
+}
+
+fn fmt_k(v: &[f64]) -> String {
+    format!("{:.0}k", median(v) / 1000.0)
+}
+
+/// CPU time of every thread of the process, in nanoseconds (schedstat has ns resolution,
+/// where /proc/PID/stat counts 10 ms ticks).
+fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = task?.path().join("schedstat");
+        if let Ok(s) = std::fs::read_to_string(path) {
+            total += s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
+fn status_kb(pid: u32, key: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .trim_start_matches(':')
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .with_context(|| format!("{key} not in /proc/{pid}/status"))
+}

@@ -1,0 +1,308 @@
+use super::*;
+use claude_host_testkit::fake::{Match, Reply, Rule};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+fn rule(when: Match, reply: Reply) -> Rule {
+    Rule {
+        when,
+        reply,
+        times: None,
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_turn_through_claude_host_claude() {
+    let h = Host::new().await;
+    h.fake.push(rule(
+        Match::LastUserContains("say hi".into()),
+        Reply::text("Hi from the fake Copilot!"),
+    ));
+    let mut c = h.cmd();
+    c.args(["claude", "-p", "say hi"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), "Hi from the fake Copilot!");
+    let reqs = h.fake.message_requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].json()["model"], "claude-opus-5.5");
+    assert_eq!(reqs[0].header("x-initiator"), Some("user"));
+    assert_eq!(h.fake.header_violations(), Vec::<String>::new());
+    let log = log_of(&h.home());
+    assert!(
+        log.contains("POST /v1/messages") && log.contains("status=200"),
+        "{log}"
+    );
+    assert!(!log.contains("gho_fake"), "secret in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_edits_write_then_bash_makes_three_copilot_requests() {
+    let h = Host::new().await;
+    let file = h.cwd().join("hello.txt");
+    h.fake.push(rule(
+        Match::LastUserContains("create hello".into()),
+        Reply::tool_use(
+            "Write",
+            json!({"file_path": file.to_str().unwrap(), "content": "hi\n"}),
+        ),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("File created".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "echo hi", "description": "say hi"}),
+        ),
+    ));
+    h.fake.push(rule(Match::HasToolResult, Reply::text("done")));
+    let mut c = h.cmd();
+    c.args([
+        "claude",
+        "-p",
+        "create hello.txt then echo",
+        "--permission-mode",
+        "acceptEdits",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hi\n");
+    assert_eq!(stdout(&out).trim(), "done");
+    let reqs = h.fake.message_requests();
+    assert_eq!(reqs.len(), 3);
+    let initiators: Vec<_> = reqs
+        .iter()
+        .map(|r| r.header("x-initiator").unwrap().to_owned())
+        .collect();
+    assert_eq!(initiators, ["user", "agent", "agent"]);
+    for r in &reqs {
+        assert_eq!(r.json()["model"], "claude-opus-5.5");
+        assert_eq!(r.header("openai-intent"), Some("messages-proxy"));
+        assert!(
+            r.header("authorization")
+                .unwrap()
+                .starts_with("Bearer tid=")
+        );
+    }
+    let last = reqs[2].json();
+    let text = last.to_string();
+    assert!(
+        text.contains("tool_result") && text.contains("hi"),
+        "the Bash result reached the model"
+    );
+    assert_eq!(h.fake.header_violations(), Vec::<String>::new());
+    assert_eq!(h.fake.mint_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_sends_the_history() {
+    let h = Host::new().await;
+    h.fake.push(rule(
+        Match::LastUserContains("banana".into()),
+        Reply::text("Noted: banana."),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("which fruit".into()),
+        Reply::text("You said banana."),
+    ));
+    let mut c = h.cmd();
+    c.args([
+        "claude",
+        "-p",
+        "remember the word banana",
+        "--output-format",
+        "json",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    let mut c = h.cmd();
+    c.args([
+        "claude",
+        "--resume",
+        &session,
+        "-p",
+        "which fruit did I name?",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), "You said banana.");
+    let reqs = h.fake.message_requests();
+    assert_eq!(reqs.len(), 2);
+    let second = reqs[1].json().to_string();
+    assert!(
+        second.contains("remember the word banana"),
+        "history missing from the resumed request"
+    );
+    assert!(
+        second.contains("Noted: banana."),
+        "assistant history missing"
+    );
+}
+
+/// Starts `claude-host proxy --json` and returns the child and its announced settings.
+fn start_proxy(h: &Host, extra: &[&str]) -> (std::process::Child, Value) {
+    let mut c = h.cmd();
+    c.arg("proxy")
+        .arg("--json")
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let info: Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}"));
+    (child, info)
+}
+
+fn cli_through(h: &Host, info: &Value, args: &[&str]) -> Command {
+    let mut c = Command::new(cli());
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", h.dir.path())
+        .env("ANTHROPIC_BASE_URL", info["base_url"].as_str().unwrap())
+        .env("ANTHROPIC_AUTH_TOKEN", info["auth_token"].as_str().unwrap())
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .current_dir(h.cwd())
+        .stdin(Stdio::null())
+        .args(args);
+    c
+}
+
+fn terminate(mut child: std::process::Child) -> std::process::ExitStatus {
+    let pid = child.id() as i32;
+    // SAFETY: signalling our own child, which has not been reaped.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    child.wait().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bare_proxy_serves_the_users_own_claude() {
+    let h = Host::new().await;
+    h.fake
+        .push(rule(Match::Always, Reply::text("proxied answer")));
+    let (proxy, info) = start_proxy(&h, &[]);
+    assert!(
+        info["base_url"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:")
+    );
+    assert_eq!(info["pid"], proxy.id());
+    let token = info["auth_token"].as_str().unwrap();
+    let (nonce, session) = token.split_once('.').unwrap();
+    assert_eq!(nonce.len(), 64);
+    assert!(!session.is_empty());
+    let c = cli_through(&h, &info, &["-p", "hello there"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), "proxied answer");
+    assert_eq!(
+        h.fake.message_requests()[0].json()["model"],
+        "claude-opus-5.5"
+    );
+    let status = blocking(move || terminate(proxy)).await;
+    assert!(status.success(), "proxy exit on SIGTERM: {status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_cli_mid_stream_cancels_the_upstream_request() {
+    let h = Host::new().await;
+    let (reply, _gate) = Reply::gated("this answer never ends", 3);
+    h.fake.push(rule(Match::Always, reply));
+    let (proxy, info) = start_proxy(&h, &[]);
+    let mut cli = cli_through(&h, &info, &["-p", "stream forever"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let fake = &h.fake;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while fake.message_requests().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the CLI never called the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    h.fake
+        .wait_disconnects(1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    blocking(move || terminate(proxy)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_demo_with_the_shipped_replay_file() {
+    let h = Host::new().await;
+    let replay = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/hello.replay.jsonl"
+    );
+    let mut c = h.bare_cmd();
+    c.args([
+        "--upstream",
+        &format!("replay:{replay}"),
+        "claude",
+        "-p",
+        "say hello",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(
+        stdout(&out).trim(),
+        "Hello from the claude-host replay upstream! No network was used for this answer."
+    );
+    assert!(
+        h.fake.requests().is_empty(),
+        "the replay upstream touched the network"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_a_session_then_replay_it_offline() {
+    let h = Host::new().await;
+    h.fake
+        .push(rule(Match::Always, Reply::text("recorded words")));
+    let rec = h.dir.path().join("session.jsonl");
+    let mut c = h.cmd();
+    c.args([
+        "--record",
+        rec.to_str().unwrap(),
+        "claude",
+        "-p",
+        "record me",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(
+        !text.contains("gho_fake") && !text.contains("tid="),
+        "secret in recording"
+    );
+    let mut c = h.bare_cmd();
+    c.args([
+        "--upstream",
+        &format!("replay:{}", rec.display()),
+        "claude",
+        "-p",
+        "record me",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), "recorded words");
+    assert_eq!(h.fake.message_requests().len(), 1);
+}

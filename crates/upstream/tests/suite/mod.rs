@@ -1,0 +1,3 @@
+mod credentials;
+mod device_flow;
+mod replay;

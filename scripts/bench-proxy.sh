@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Proxy overhead benchmark (results go in docs/BENCHMARKS.md). Builds release binaries and runs
+# streams of 2,000 events through `claude-host proxy` and directly from the fake upstream.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p claude-host -p claude-host-bench
+ulimit -n 65536 2>/dev/null || true
+exec ./target/release/proxy-bench ./target/release/claude-host "${1:-3}"

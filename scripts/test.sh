@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the whole test suite. Installs what the tests need first (the pinned Claude Code CLI,
+# once per machine, from the npm registry). Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CLI_VERSION=2.1.330
+CLI_DIR="${HOME}/.cache/claude-host-test/cli/${CLI_VERSION}"
+case "$(uname -s)-$(uname -m)" in
+  Linux-x86_64) PLATFORM=linux-x64 ;;
+  Linux-aarch64) PLATFORM=linux-arm64 ;;
+  Darwin-arm64) PLATFORM=darwin-arm64 ;;
+  Darwin-x86_64) PLATFORM=darwin-x64 ;;
+  *) echo "unsupported platform $(uname -s)-$(uname -m)" >&2; exit 1 ;;
+esac
+CLI_BIN="${CLI_DIR}/node_modules/@anthropic-ai/claude-code-${PLATFORM}/claude"
+if ! "${CLI_BIN}" --version 2>/dev/null | grep -q "^${CLI_VERSION}"; then
+  command -v npm >/dev/null || { echo "npm is required to install Claude Code ${CLI_VERSION} for the tests" >&2; exit 1; }
+  echo "Installing @anthropic-ai/claude-code@${CLI_VERSION} for the tests into ${CLI_DIR}"
+  mkdir -p "${CLI_DIR}"
+  npm install --no-audit --no-fund --prefix "${CLI_DIR}" "@anthropic-ai/claude-code@${CLI_VERSION}"
+  "${CLI_BIN}" --version
+fi
+export CLAUDE_HOST_TEST_CLI="${CLI_BIN}"
+
+cargo test --workspace --all-targets "$@"
+cargo test --workspace --doc
