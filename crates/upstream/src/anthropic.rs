@@ -65,7 +65,9 @@ impl Upstream for AnthropicUpstream {
             .await
             .map_err(|e| UpstreamError::Transport(describe_reqwest(&e)))?;
         if status == 401 {
-            return Err(UpstreamError::CredentialRejected("Anthropic rejected ANTHROPIC_API_KEY".into()));
+            return Err(UpstreamError::CredentialRejected(
+                "Anthropic rejected ANTHROPIC_API_KEY".into(),
+            ));
         }
         if !(200..300).contains(&status) {
             return Err(UpstreamError::Http {

@@ -172,7 +172,14 @@ impl CopilotUpstream {
         identity: ClientIdentity,
         options: CopilotOptions,
     ) -> Self {
-        Self::with_clock(http, github_token, endpoints, identity, options, Arc::new(SystemClock))
+        Self::with_clock(
+            http,
+            github_token,
+            endpoints,
+            identity,
+            options,
+            Arc::new(SystemClock),
+        )
     }
 
     /// As [`CopilotUpstream::new`], with an explicit clock.
@@ -222,8 +229,11 @@ impl CopilotUpstream {
                         result
                     });
                     let fut: MintFuture = async move {
-                        task.await
-                            .unwrap_or_else(|e| Err(UpstreamError::Transport(format!("token mint task failed: {e}"))))
+                        task.await.unwrap_or_else(|e| {
+                            Err(UpstreamError::Transport(format!(
+                                "token mint task failed: {e}"
+                            )))
+                        })
                     }
                     .boxed()
                     .shared();
@@ -272,10 +282,19 @@ impl CopilotUpstream {
             .get(format!("{}/models", self.api_base(&tok)))
             .header("authorization", sensitive(&format!("Bearer {}", tok.token)))
             .header("accept", "application/json")
-            .header("x-github-api-version", &self.inner.identity.capi_api_version)
+            .header(
+                "x-github-api-version",
+                &self.inner.identity.capi_api_version,
+            )
             .header("editor-version", &self.inner.identity.editor_version)
-            .header("editor-plugin-version", &self.inner.identity.editor_plugin_version)
-            .header("copilot-integration-id", &self.inner.identity.integration_id)
+            .header(
+                "editor-plugin-version",
+                &self.inner.identity.editor_plugin_version,
+            )
+            .header(
+                "copilot-integration-id",
+                &self.inner.identity.integration_id,
+            )
             .send()
             .await
             .map_err(|e| UpstreamError::Transport(describe_reqwest(&e)))?;
@@ -333,8 +352,12 @@ impl CopilotUpstream {
         match status {
             200..=299 => serde_json::from_slice(&body)
                 .map_err(|e| UpstreamError::Protocol(format!("{path}: {e}"))),
-            401 => Err(UpstreamError::CredentialRejected(github_message(&body, status))),
-            403 | 404 => Err(UpstreamError::NoCopilotAccess(github_message(&body, status))),
+            401 => Err(UpstreamError::CredentialRejected(github_message(
+                &body, status,
+            ))),
+            403 | 404 => Err(UpstreamError::NoCopilotAccess(github_message(
+                &body, status,
+            ))),
             _ => Err(UpstreamError::Http {
                 status,
                 message: github_message(&body, status),
@@ -346,15 +369,25 @@ impl CopilotUpstream {
         let id = &self.inner.identity;
         self.inner
             .http
-            .get(format!("{}{path}", trim_base(&self.inner.endpoints.github_api_url)))
-            .header("authorization", sensitive(&format!("token {}", self.inner.github_token)))
+            .get(format!(
+                "{}{path}",
+                trim_base(&self.inner.endpoints.github_api_url)
+            ))
+            .header(
+                "authorization",
+                sensitive(&format!("token {}", self.inner.github_token)),
+            )
             .header("accept", "application/json")
             .header("x-github-api-version", &id.github_api_version)
             .header("editor-version", &id.editor_version)
             .header("editor-plugin-version", &id.editor_plugin_version)
     }
 
-    async fn send_messages(&self, call: &MessagesCall, tok: &CopilotToken) -> Result<reqwest::Response, UpstreamError> {
+    async fn send_messages(
+        &self,
+        call: &MessagesCall,
+        tok: &CopilotToken,
+    ) -> Result<reqwest::Response, UpstreamError> {
         let id = &self.inner.identity;
         let ua = call
             .client_user_agent
@@ -372,7 +405,11 @@ impl CopilotUpstream {
             .header("content-type", "application/json")
             .header(
                 "accept",
-                if call.stream { "text/event-stream" } else { "application/json" },
+                if call.stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
             )
             .header("x-request-id", uuid::Uuid::new_v4().to_string())
             .header("x-github-api-version", &id.capi_api_version)
@@ -452,7 +489,9 @@ async fn mint_with_retry(inner: &Inner) -> Result<CopilotToken, UpstreamError> {
         match mint(inner).await {
             Ok(tok) => return Ok(tok),
             Err(MintFailure::Fatal(e)) => return Err(e),
-            Err(MintFailure::Transient(e)) if attempt >= inner.options.mint_attempts => return Err(e),
+            Err(MintFailure::Transient(e)) if attempt >= inner.options.mint_attempts => {
+                return Err(e);
+            }
             Err(MintFailure::Transient(e)) => {
                 tracing::warn!(attempt, error = %e, "Copilot token mint failed; retrying");
                 tokio::time::sleep(delay).await;
@@ -472,8 +511,14 @@ async fn mint(inner: &Inner) -> Result<CopilotToken, MintFailure> {
     let id = &inner.identity;
     let resp = inner
         .http
-        .get(format!("{}/copilot_internal/v2/token", trim_base(&inner.endpoints.github_api_url)))
-        .header("authorization", sensitive(&format!("token {}", inner.github_token)))
+        .get(format!(
+            "{}/copilot_internal/v2/token",
+            trim_base(&inner.endpoints.github_api_url)
+        ))
+        .header(
+            "authorization",
+            sensitive(&format!("token {}", inner.github_token)),
+        )
         .header("accept", "application/json")
         .header("x-github-api-version", &id.github_api_version)
         .header("editor-version", &id.editor_version)
@@ -488,8 +533,16 @@ async fn mint(inner: &Inner) -> Result<CopilotToken, MintFailure> {
         .map_err(|e| MintFailure::Transient(UpstreamError::Transport(describe_reqwest(&e))))?;
     match status {
         200..=299 => {}
-        401 => return Err(MintFailure::Fatal(UpstreamError::CredentialRejected(github_message(&body, status)))),
-        403 | 404 => return Err(MintFailure::Fatal(UpstreamError::NoCopilotAccess(github_message(&body, status)))),
+        401 => {
+            return Err(MintFailure::Fatal(UpstreamError::CredentialRejected(
+                github_message(&body, status),
+            )));
+        }
+        403 | 404 => {
+            return Err(MintFailure::Fatal(UpstreamError::NoCopilotAccess(
+                github_message(&body, status),
+            )));
+        }
         429 | 500..=599 => {
             return Err(MintFailure::Transient(UpstreamError::Http {
                 status,
@@ -503,8 +556,9 @@ async fn mint(inner: &Inner) -> Result<CopilotToken, MintFailure> {
             }));
         }
     }
-    let reply: MintReply = serde_json::from_slice(&body)
-        .map_err(|e| MintFailure::Fatal(UpstreamError::Protocol(format!("Copilot token reply: {e}"))))?;
+    let reply: MintReply = serde_json::from_slice(&body).map_err(|e| {
+        MintFailure::Fatal(UpstreamError::Protocol(format!("Copilot token reply: {e}")))
+    })?;
     let now = inner.clock.now_unix();
     // Refresh at `refresh_in` (less the margin) when given, else before expiry; never sooner than
     // 30 s from now, so a short-lived token cannot make us mint in a loop.
@@ -530,7 +584,12 @@ async fn mint(inner: &Inner) -> Result<CopilotToken, MintFailure> {
 
 fn github_message(body: &[u8], status: u16) -> String {
     let v: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-    let field = |k: &str| v.as_ref().and_then(|v| v.get(k)).and_then(|m| m.as_str()).map(str::to_owned);
+    let field = |k: &str| {
+        v.as_ref()
+            .and_then(|v| v.get(k))
+            .and_then(|m| m.as_str())
+            .map(str::to_owned)
+    };
     match (field("message"), field("notification_id")) {
         (Some(m), Some(n)) => format!("{n}: {m}"),
         (Some(m), None) => m,

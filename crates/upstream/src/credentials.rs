@@ -149,17 +149,20 @@ impl CredentialStore {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         create_private_dir(dir).map_err(io("cannot create", dir))?;
         // NamedTempFile is created with mode 0600 on Unix.
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io("cannot create a temporary file in", dir))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)
+            .map_err(io("cannot create a temporary file in", dir))?;
         set_mode_0600(tmp.path()).map_err(io("cannot set permissions on", tmp.path()))?;
         let json = serde_json::to_vec_pretty(cred).unwrap_or_default();
-        tmp.write_all(&json).map_err(io("cannot write", &self.path))?;
-        tmp.as_file().sync_all().map_err(io("cannot sync", &self.path))?;
-        tmp.persist(&self.path)
-            .map_err(|e| CredentialError::Io {
-                action: "cannot replace",
-                path: self.path.clone(),
-                source: e.error,
-            })?;
+        tmp.write_all(&json)
+            .map_err(io("cannot write", &self.path))?;
+        tmp.as_file()
+            .sync_all()
+            .map_err(io("cannot sync", &self.path))?;
+        tmp.persist(&self.path).map_err(|e| CredentialError::Io {
+            action: "cannot replace",
+            path: self.path.clone(),
+            source: e.error,
+        })?;
         Ok(())
     }
 
@@ -213,7 +216,10 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
     }
     #[cfg(not(unix))]
     {

@@ -126,10 +126,14 @@ impl DeviceFlow {
         if !status.is_success() {
             return Err(LoginError::Refused(format!(
                 "HTTP {status}: {}",
-                String::from_utf8_lossy(&body).chars().take(300).collect::<String>()
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
             )));
         }
-        serde_json::from_slice(&body).map_err(|e| LoginError::Refused(format!("unexpected device-code reply: {e}")))
+        serde_json::from_slice(&body)
+            .map_err(|e| LoginError::Refused(format!("unexpected device-code reply: {e}")))
     }
 
     /// Polls until the user approves, declines or the code expires, reporting progress.
@@ -188,7 +192,11 @@ impl DeviceFlow {
                             .unwrap_or_default()
                     )));
                 }
-                None => return Err(LoginError::Refused("reply had neither a token nor an error".into())),
+                None => {
+                    return Err(LoginError::Refused(
+                        "reply had neither a token nor an error".into(),
+                    ));
+                }
             }
         }
     }

@@ -183,7 +183,9 @@ pub(crate) fn trim_base(url: &str) -> String {
 }
 
 /// A response body as an upstream byte stream.
-pub(crate) fn body_stream(resp: reqwest::Response) -> BoxStream<'static, Result<Bytes, UpstreamError>> {
+pub(crate) fn body_stream(
+    resp: reqwest::Response,
+) -> BoxStream<'static, Result<Bytes, UpstreamError>> {
     use futures::TryStreamExt;
     Box::pin(
         resp.bytes_stream()
@@ -193,7 +195,13 @@ pub(crate) fn body_stream(resp: reqwest::Response) -> BoxStream<'static, Result<
 
 /// Headers of an upstream reply worth passing to the client.
 pub(crate) fn passthrough_headers(resp: &reqwest::Response) -> Vec<(String, String)> {
-    const KEEP: &[&str] = &["content-type", "retry-after", "request-id", "x-request-id", "anthropic-ratelimit-requests-remaining"];
+    const KEEP: &[&str] = &[
+        "content-type",
+        "retry-after",
+        "request-id",
+        "x-request-id",
+        "anthropic-ratelimit-requests-remaining",
+    ];
     resp.headers()
         .iter()
         .filter(|(k, _)| KEEP.contains(&k.as_str()))

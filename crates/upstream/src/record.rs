@@ -58,7 +58,10 @@ impl Sink {
     fn write(&self, entry: &ReplayEntry) {
         let mut line = serde_json::to_vec(entry).unwrap_or_default();
         line.push(b'\n');
-        let mut f = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut f = self
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(e) = f.write_all(&line) {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot append to the recording");
         }
@@ -89,7 +92,9 @@ impl Upstream for RecordingUpstream {
             .filter(|(k, _)| k == "retry-after")
             .cloned()
             .collect();
-        let streamed = resp.header("content-type").is_some_and(|c| c.starts_with("text/event-stream"));
+        let streamed = resp
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream"));
         let tee = Tee {
             inner: resp.body,
             buf: Vec::new(),
@@ -178,7 +183,8 @@ fn record(meta: Pending, bytes: &[u8]) {
             .collect();
         (Some(events), None)
     } else {
-        let body = serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+        let body = serde_json::from_slice(bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
         (None, Some(body))
     };
     meta.sink.write(&ReplayEntry {

@@ -86,11 +86,12 @@ pub fn parse_entries(text: &str, path: &str) -> Result<Vec<ReplayEntry>, ReplayL
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let entry: ReplayEntry = serde_json::from_str(line).map_err(|e| ReplayLoadError::Invalid {
-            path: path.to_owned(),
-            line: i + 1,
-            message: e.to_string(),
-        })?;
+        let entry: ReplayEntry =
+            serde_json::from_str(line).map_err(|e| ReplayLoadError::Invalid {
+                path: path.to_owned(),
+                line: i + 1,
+                message: e.to_string(),
+            })?;
         if entry.events.is_none() && entry.body.is_none() {
             return Err(ReplayLoadError::Invalid {
                 path: path.to_owned(),
@@ -116,7 +117,10 @@ impl ReplayUpstream {
             path: path.display().to_string(),
             source,
         })?;
-        Ok(Self::from_entries(parse_entries(&text, &path.display().to_string())?))
+        Ok(Self::from_entries(parse_entries(
+            &text,
+            &path.display().to_string(),
+        )?))
     }
 
     /// A replay upstream over entries.
@@ -127,9 +131,15 @@ impl ReplayUpstream {
     }
 
     fn take(&self, last_user: &str) -> Option<ReplayEntry> {
-        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (entry, used) = entries.iter_mut().find(|(e, used)| {
-            (!*used || e.repeat) && e.match_text.as_deref().is_none_or(|m| last_user.contains(m))
+            (!*used || e.repeat)
+                && e.match_text
+                    .as_deref()
+                    .is_none_or(|m| last_user.contains(m))
         })?;
         *used = true;
         Some(entry.clone())
@@ -144,7 +154,10 @@ impl Upstream for ReplayUpstream {
 
     async fn catalog(&self) -> Result<Catalog, UpstreamError> {
         let mut ids: Vec<String> = Vec::new();
-        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for (e, _) in entries.iter() {
             let model = e
                 .events
@@ -193,9 +206,16 @@ impl Upstream for ReplayUpstream {
             .collect();
         let (content_type, bytes) = match (&entry.events, &entry.body, call.stream) {
             (Some(events), _, true) => ("text/event-stream", sse_bytes(events)),
-            (Some(events), _, false) => ("application/json", Bytes::from(assemble_message(events).to_string())),
+            (Some(events), _, false) => (
+                "application/json",
+                Bytes::from(assemble_message(events).to_string()),
+            ),
             (None, Some(body), _) => ("application/json", Bytes::from(body.to_string())),
-            (None, None, _) => return Err(UpstreamError::Replay("entry has neither events nor body".into())),
+            (None, None, _) => {
+                return Err(UpstreamError::Replay(
+                    "entry has neither events nor body".into(),
+                ));
+            }
         };
         headers.push(("content-type".to_owned(), content_type.to_owned()));
         Ok(UpstreamResponse {
@@ -231,21 +251,29 @@ pub fn assemble_message(events: &[ReplayEvent]) -> Value {
                 blocks[index] = d.get("content_block").cloned().unwrap_or(Value::Null);
             }
             "content_block_delta" => {
-                let Some(block) = blocks.get_mut(index) else { continue };
+                let Some(block) = blocks.get_mut(index) else {
+                    continue;
+                };
                 let delta = d.get("delta").cloned().unwrap_or(Value::Null);
                 let append = |block: &mut Value, key: &str, piece: Option<&Value>| {
                     let piece = piece.and_then(Value::as_str).unwrap_or("");
-                    let cur = block.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+                    let cur = block
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
                     block[key] = Value::String(cur + piece);
                 };
                 match delta.get("type").and_then(Value::as_str) {
                     Some("text_delta") => append(block, "text", delta.get("text")),
                     Some("thinking_delta") => append(block, "thinking", delta.get("thinking")),
                     Some("signature_delta") => append(block, "signature", delta.get("signature")),
-                    Some("input_json_delta") => partial_json
-                        .entry(index)
-                        .or_default()
-                        .push_str(delta.get("partial_json").and_then(Value::as_str).unwrap_or("")),
+                    Some("input_json_delta") => partial_json.entry(index).or_default().push_str(
+                        delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                    ),
                     _ => {}
                 }
             }
@@ -265,7 +293,10 @@ pub fn assemble_message(events: &[ReplayEvent]) -> Value {
         }
     }
     for (index, json_text) in partial_json {
-        if let (Some(block), Ok(input)) = (blocks.get_mut(index), serde_json::from_str::<Value>(&json_text)) {
+        if let (Some(block), Ok(input)) = (
+            blocks.get_mut(index),
+            serde_json::from_str::<Value>(&json_text),
+        ) {
             block["input"] = input;
         }
     }

@@ -28,14 +28,23 @@ async fn every_auth_failure_is_401_without_touching_the_upstream() {
     let nonce = e.proxy.nonce().to_owned();
     let cases: Vec<(&str, Option<String>, Option<&str>)> = vec![
         ("missing", None, None),
-        ("wrong nonce", Some(format!("Bearer {}.s", "0".repeat(64))), None),
+        (
+            "wrong nonce",
+            Some(format!("Bearer {}.s", "0".repeat(64))),
+            None,
+        ),
         ("nonce only", Some(format!("Bearer {nonce}")), None),
         ("empty session", Some(format!("Bearer {nonce}.")), None),
         ("x-api-key only", None, Some(nonce.as_str())),
         ("not bearer", Some(format!("Basic {nonce}.s")), None),
         ("empty", Some(String::new()), None),
     ];
-    for path in ["/v1/messages?beta=true", "/v1/messages/count_tokens", "/v1/models", "/nowhere"] {
+    for path in [
+        "/v1/messages?beta=true",
+        "/v1/messages/count_tokens",
+        "/v1/models",
+        "/nowhere",
+    ] {
         for (name, authz, key) in &cases {
             let mut req = if path == "/v1/models" {
                 e.http.get(e.url(path))
@@ -73,7 +82,11 @@ async fn health_check_needs_no_auth() {
 async fn foreign_host_headers_are_refused() {
     let e = env().await;
     let port = e.proxy.addr().port();
-    for host in [format!("evil.example:{port}"), format!("127.0.0.1:{}", port + 1), "localhost".to_owned()] {
+    for host in [
+        format!("evil.example:{port}"),
+        format!("127.0.0.1:{}", port + 1),
+        "localhost".to_owned(),
+    ] {
         let resp = e
             .post("/v1/messages")
             .header("host", &host)
@@ -94,8 +107,18 @@ async fn foreign_host_headers_are_refused() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 403);
-    for host in [format!("localhost:{port}"), format!("[::1]:{port}"), format!("127.0.0.1:{port}")] {
-        let resp = e.http.get(e.url("/")).header("host", &host).send().await.unwrap();
+    for host in [
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        format!("127.0.0.1:{port}"),
+    ] {
+        let resp = e
+            .http
+            .get(e.url("/"))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200, "{host}");
     }
     assert_eq!(e.fake.requests().len(), 0);
@@ -104,23 +127,39 @@ async fn foreign_host_headers_are_refused() {
 #[tokio::test]
 async fn a_request_without_host_is_refused() {
     let e = env().await;
-    let mut sock = tokio::net::TcpStream::connect(e.proxy.addr()).await.unwrap();
+    let mut sock = tokio::net::TcpStream::connect(e.proxy.addr())
+        .await
+        .unwrap();
     sock.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
     let mut out = Vec::new();
     sock.read_to_end(&mut out).await.unwrap();
     let text = String::from_utf8_lossy(&out);
-    assert!(text.starts_with("HTTP/1.0 403") || text.starts_with("HTTP/1.1 403"), "{text}");
+    assert!(
+        text.starts_with("HTTP/1.0 403") || text.starts_with("HTTP/1.1 403"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
 async fn unknown_route_is_404_in_the_anthropic_envelope() {
     let e = env().await;
-    let resp = e.post("/v1/complete").json(&json!({})).send().await.unwrap();
+    let resp = e
+        .post("/v1/complete")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "not_found_error");
     assert_eq!(body["error"]["message"], "No route for POST /v1/complete");
-    let resp = e.http.get(e.url("/token")).header("authorization", e.bearer()).send().await.unwrap();
+    let resp = e
+        .http
+        .get(e.url("/token"))
+        .header("authorization", e.bearer())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
 }

@@ -3,7 +3,11 @@ use claude_host_testkit::fake::{Match, Reply, Rule};
 use pretty_assertions::assert_eq;
 
 fn rule(when: Match, reply: Reply) -> Rule {
-    Rule { when, reply, times: None }
+    Rule {
+        when,
+        reply,
+        times: None,
+    }
 }
 
 async fn error_of(resp: reqwest::Response) -> (u16, Value) {
@@ -15,13 +19,41 @@ async fn error_of(resp: reqwest::Response) -> (u16, Value) {
 async fn each_invalid_body_is_a_precise_400_without_upstream_call() {
     let e = env().await;
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("not json", b"{not json".to_vec(), "Request body is not valid JSON"),
-        ("array", b"[1]".to_vec(), "Request body must be a JSON object"),
-        ("string", b"\"x\"".to_vec(), "Request body must be a JSON object"),
-        ("no model", br#"{"messages":[]}"#.to_vec(), "Missing required field: model"),
-        ("empty model", br#"{"model":"","messages":[]}"#.to_vec(), "Missing required field: model"),
-        ("no messages", br#"{"model":"claude-opus-5-5"}"#.to_vec(), "Missing required field: messages"),
-        ("messages object", br#"{"model":"claude-opus-5-5","messages":{}}"#.to_vec(), "Missing required field: messages"),
+        (
+            "not json",
+            b"{not json".to_vec(),
+            "Request body is not valid JSON",
+        ),
+        (
+            "array",
+            b"[1]".to_vec(),
+            "Request body must be a JSON object",
+        ),
+        (
+            "string",
+            b"\"x\"".to_vec(),
+            "Request body must be a JSON object",
+        ),
+        (
+            "no model",
+            br#"{"messages":[]}"#.to_vec(),
+            "Missing required field: model",
+        ),
+        (
+            "empty model",
+            br#"{"model":"","messages":[]}"#.to_vec(),
+            "Missing required field: model",
+        ),
+        (
+            "no messages",
+            br#"{"model":"claude-opus-5-5"}"#.to_vec(),
+            "Missing required field: messages",
+        ),
+        (
+            "messages object",
+            br#"{"model":"claude-opus-5-5","messages":{}}"#.to_vec(),
+            "Missing required field: messages",
+        ),
     ];
     for (name, body, want) in cases {
         let resp = e
@@ -43,13 +75,18 @@ async fn each_invalid_body_is_a_precise_400_without_upstream_call() {
 
 #[tokio::test]
 async fn oversized_bodies_are_413() {
-    let e = env_with(ProxyConfig { body_limit: 4096, ..ProxyConfig::default() }).await;
+    let e = env_with(ProxyConfig {
+        body_limit: 4096,
+        ..ProxyConfig::default()
+    })
+    .await;
     let big = request(&"x".repeat(10_000), true);
     let (status, body) = error_of(e.messages(big).await).await;
     assert_eq!(status, 413);
     assert_eq!(body["error"]["type"], "request_too_large");
     // Chunked (no Content-Length) is capped while reading.
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![Ok(vec![b' '; 3000]), Ok(vec![b' '; 3000])];
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        vec![Ok(vec![b' '; 3000]), Ok(vec![b' '; 3000])];
     let resp = e
         .post("/v1/messages")
         .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
@@ -69,8 +106,15 @@ async fn unknown_model_is_404_listing_the_claude_models_with_no_upstream_call() 
     assert_eq!(status, 404);
     assert_eq!(body["error"]["type"], "not_found_error");
     let msg = body["error"]["message"].as_str().unwrap();
-    assert!(msg.starts_with("Unknown model: gpt-4o. Available Claude models: claude-opus-5-5"), "{msg}");
-    for listed in ["claude-sonnet-4-5", "claude-haiku-5-5", "claude-opus-4-6-1m"] {
+    assert!(
+        msg.starts_with("Unknown model: gpt-4o. Available Claude models: claude-opus-5-5"),
+        "{msg}"
+    );
+    for listed in [
+        "claude-sonnet-4-5",
+        "claude-haiku-5-5",
+        "claude-opus-4-6-1m",
+    ] {
         assert!(msg.contains(listed), "{msg}");
     }
     for hidden in ["gpt", "claude-hidden", "claude-notools", "legacy"] {
@@ -96,7 +140,10 @@ async fn model_forms_resolve_to_copilot_ids() {
         let resp = e.messages(req).await;
         assert_eq!(resp.status(), 200, "{asked}");
         let body: Value = resp.json().await.unwrap();
-        assert_eq!(body["model"], asked, "non-streaming reply names the requested model");
+        assert_eq!(
+            body["model"], asked,
+            "non-streaming reply names the requested model"
+        );
         let captured = e.fake.message_requests().pop().unwrap();
         assert_eq!(captured.json()["model"], sent, "{asked}");
     }
@@ -105,7 +152,7 @@ async fn model_forms_resolve_to_copilot_ids() {
 #[tokio::test]
 async fn body_is_forwarded_unchanged_except_the_model() {
     let e = env().await;
-    let body = r#"{"model":"claude-opus-5-5","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"# Environment","output_config":{"effort":"medium"}}],"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.330"}],"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"s\"}"},"max_tokens":128000,"thinking":{"type":"adaptive","display":"updates"},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"output_config":{"effort":"medium"},"future_field":{"nested":[1.50,true,null]},"stream":true}"#;
+    let body = r##"{"model":"claude-opus-5-5","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"# Environment","output_config":{"effort":"medium"}}],"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.330"}],"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"s\"}"},"max_tokens":128000,"thinking":{"type":"adaptive","display":"updates"},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"output_config":{"effort":"medium"},"future_field":{"nested":[1.50,true,null]},"stream":true}"##;
     let resp = e
         .post("/v1/messages?beta=true")
         .header("content-type", "application/json")
@@ -128,12 +175,20 @@ async fn betas_are_filtered_through_the_allowlist() {
     let cases: [(&str, Option<&str>); 5] = [
         (
             "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,per-turn-control-2026-07-01,mid-conversation-tool-changes-2026-07-01,advanced-tool-use-2025-11-20,effort-2025-11-24",
-            Some("interleaved-thinking-2025-05-14,context-management-2025-06-27,per-turn-control-2026-07-01,advanced-tool-use-2025-11-20"),
+            Some(
+                "interleaved-thinking-2025-05-14,context-management-2025-06-27,per-turn-control-2026-07-01,advanced-tool-use-2025-11-20",
+            ),
         ),
-        ("interleaved-thinking-2025-05-14", Some("interleaved-thinking-2025-05-14")),
+        (
+            "interleaved-thinking-2025-05-14",
+            Some("interleaved-thinking-2025-05-14"),
+        ),
         ("interleaved-thinking", None),
         ("claude-code-20250219, effort-2025-11-24", None),
-        (" context-management-2025-06-27 ,interleaved-thinking", Some("context-management-2025-06-27")),
+        (
+            " context-management-2025-06-27 ,interleaved-thinking",
+            Some("context-management-2025-06-27"),
+        ),
     ];
     for (sent, want) in cases {
         let resp = e
@@ -175,12 +230,21 @@ async fn copilot_headers_and_an_honest_initiator() {
     for r in &reqs {
         assert_eq!(r.header("openai-intent"), Some("messages-proxy"));
         assert_eq!(r.header("x-interaction-type"), Some("messages-proxy"));
-        assert_eq!(r.header("user-agent"), Some("vscode_claude_code/2.1.330 (external, sdk-cli)"));
+        assert_eq!(
+            r.header("user-agent"),
+            Some("vscode_claude_code/2.1.330 (external, sdk-cli)")
+        );
         assert_eq!(r.header("vscode-sessionid"), Some("test-session"));
         assert!(r.header("authorization").unwrap().starts_with("Bearer "));
-        assert!(!r.header("authorization").unwrap().contains("gho_"), "GitHub token leaked to Copilot API");
+        assert!(
+            !r.header("authorization").unwrap().contains("gho_"),
+            "GitHub token leaked to Copilot API"
+        );
     }
-    assert_ne!(reqs[0].header("x-request-id"), reqs[1].header("x-request-id"));
+    assert_ne!(
+        reqs[0].header("x-request-id"),
+        reqs[1].header("x-request-id")
+    );
     assert_eq!(e.fake.header_violations(), Vec::<String>::new());
 }
 
@@ -189,14 +253,18 @@ async fn upstream_error_statuses_and_envelopes_pass_through() {
     let e = env().await;
     e.fake.push(rule(
         Match::LastUserContains("limit me".into()),
-        Reply::error_before_stream(429, "rate_limit_error", "slow down").with_header("retry-after", "7"),
+        Reply::error_before_stream(429, "rate_limit_error", "slow down")
+            .with_header("retry-after", "7"),
     ));
     let resp = e.messages(request("limit me", true)).await;
     assert_eq!(resp.status(), 429);
     assert_eq!(resp.headers()["retry-after"], "7");
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["type"], "error");
-    assert_eq!(body["error"], json!({"type":"rate_limit_error","message":"slow down"}));
+    assert_eq!(
+        body["error"],
+        json!({"type":"rate_limit_error","message":"slow down"})
+    );
 
     e.fake.push(rule(
         Match::LastUserContains("overload".into()),
@@ -216,11 +284,17 @@ async fn unreachable_upstream_is_502_api_error() {
     let copilot = CopilotUpstream::new(
         http_client().unwrap(),
         "gho_fake_github_token".into(),
-        CopilotEndpoints { github_url: fake.url(), github_api_url: fake.url(), copilot_api_url: Some(dead_url) },
+        CopilotEndpoints {
+            github_url: fake.url(),
+            github_api_url: fake.url(),
+            copilot_api_url: Some(dead_url),
+        },
         ClientIdentity::default(),
         CopilotOptions::default(),
     );
-    let proxy = claude_host_proxy::start(ProxyConfig::default(), Arc::new(copilot)).await.unwrap();
+    let proxy = claude_host_proxy::start(ProxyConfig::default(), Arc::new(copilot))
+        .await
+        .unwrap();
     let resp = reqwest::Client::builder()
         .no_proxy()
         .build()
@@ -234,19 +308,43 @@ async fn unreachable_upstream_is_502_api_error() {
     assert_eq!(resp.status(), 502);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["type"], "api_error");
-    assert!(body["error"]["message"].as_str().unwrap().contains("upstream unreachable"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("upstream unreachable"),
+        "{body}"
+    );
     proxy.shutdown().await;
 }
 
 #[tokio::test]
 async fn models_page_lists_claude_models_in_sdk_form_default_first() {
     let e = env().await;
-    let resp = e.http.get(e.url("/v1/models")).header("authorization", e.bearer()).send().await.unwrap();
+    let resp = e
+        .http
+        .get(e.url("/v1/models"))
+        .header("authorization", e.bearer())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     let page: Value = resp.json().await.unwrap();
-    let ids: Vec<&str> = page["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids[0], "claude-opus-5-5");
-    for want in ["claude-sonnet-5-5", "claude-haiku-5-5", "claude-sonnet-4-5", "claude-opus-4-6", "claude-opus-4-6-1m", "claude-sonnet-4"] {
+    for want in [
+        "claude-sonnet-5-5",
+        "claude-haiku-5-5",
+        "claude-sonnet-4-5",
+        "claude-opus-4-6",
+        "claude-opus-4-6-1m",
+        "claude-sonnet-4",
+    ] {
         assert!(ids.contains(&want), "{want} missing from {ids:?}");
     }
     assert_eq!(ids.len(), 7, "{ids:?}");
@@ -262,7 +360,12 @@ async fn models_page_lists_claude_models_in_sdk_form_default_first() {
 #[tokio::test]
 async fn count_tokens_is_a_marked_local_estimate() {
     let e = env().await;
-    let small = e.post("/v1/messages/count_tokens?beta=true").json(&request("hi", false)).send().await.unwrap();
+    let small = e
+        .post("/v1/messages/count_tokens?beta=true")
+        .json(&request("hi", false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(small.status(), 200);
     assert_eq!(small.headers()["x-claude-host-estimate"], "true");
     let small: Value = small.json().await.unwrap();
@@ -275,9 +378,20 @@ async fn count_tokens_is_a_marked_local_estimate() {
         .json()
         .await
         .unwrap();
-    let (s, b) = (small["input_tokens"].as_u64().unwrap(), big["input_tokens"].as_u64().unwrap());
+    let (s, b) = (
+        small["input_tokens"].as_u64().unwrap(),
+        big["input_tokens"].as_u64().unwrap(),
+    );
     assert!(s > 0 && b > 6000 && b < 8000, "{s} {b}");
-    let bad = e.post("/v1/messages/count_tokens").body("nope").send().await.unwrap();
+    let bad = e
+        .post("/v1/messages/count_tokens")
+        .body("nope")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
-    assert!(e.fake.message_requests().is_empty(), "count_tokens must not reach the upstream");
+    assert!(
+        e.fake.message_requests().is_empty(),
+        "count_tokens must not reach the upstream"
+    );
 }

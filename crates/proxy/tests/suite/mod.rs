@@ -6,7 +6,9 @@ mod tokens;
 use claude_host_proxy::{ProxyConfig, ProxyHandle};
 use claude_host_testkit::fake::FakeUpstream;
 use claude_host_upstream::clock::{Clock, ManualClock};
-use claude_host_upstream::copilot::{ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream};
+use claude_host_upstream::copilot::{
+    ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
+};
 use claude_host_upstream::http_client;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -46,7 +48,9 @@ pub(crate) async fn env_on(fake: FakeUpstream, config: ProxyConfig) -> Env {
         },
         clock.clone() as Arc<dyn Clock>,
     );
-    let proxy = claude_host_proxy::start(config, Arc::new(copilot.clone())).await.unwrap();
+    let proxy = claude_host_proxy::start(config, Arc::new(copilot.clone()))
+        .await
+        .unwrap();
     Env {
         fake,
         proxy,
@@ -74,7 +78,11 @@ impl Env {
     }
 
     pub async fn messages(&self, body: Value) -> reqwest::Response {
-        self.post("/v1/messages?beta=true").json(&body).send().await.unwrap()
+        self.post("/v1/messages?beta=true")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 }
 
@@ -107,7 +115,10 @@ pub(crate) fn parse_sse(bytes: &[u8]) -> Vec<(String, Value)> {
 pub(crate) async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + timeout;
     while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

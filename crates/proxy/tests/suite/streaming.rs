@@ -4,7 +4,11 @@ use futures::StreamExt;
 use pretty_assertions::assert_eq;
 
 fn rule(trigger: &str, reply: Reply) -> Rule {
-    Rule { when: Match::LastUserContains(trigger.into()), reply, times: None }
+    Rule {
+        when: Match::LastUserContains(trigger.into()),
+        reply,
+        times: None,
+    }
 }
 
 fn names(events: &[(String, Value)]) -> Vec<&str> {
@@ -30,7 +34,11 @@ async fn direct_events(e: &Env, body: &Value) -> Vec<(String, Value)> {
 #[tokio::test]
 async fn stream_is_relayed_in_order_with_only_the_model_rewritten() {
     let e = env().await;
-    e.fake.push(Rule { when: Match::Always, reply: Reply::tool_use("Write", json!({"file_path": "/tmp/x", "content": "hi\n"})), times: Some(2) });
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::tool_use("Write", json!({"file_path": "/tmp/x", "content": "hi\n"})),
+        times: Some(2),
+    });
     let body = request("write it", true);
     let resp = e.messages(body.clone()).await;
     assert_eq!(resp.status(), 200);
@@ -53,7 +61,10 @@ async fn stream_is_relayed_in_order_with_only_the_model_rewritten() {
         .iter()
         .filter_map(|(_, d)| d["delta"]["partial_json"].as_str())
         .collect();
-    assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), json!({"file_path": "/tmp/x", "content": "hi\n"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&json).unwrap(),
+        json!({"file_path": "/tmp/x", "content": "hi\n"})
+    );
 }
 
 fn strip_ids(v: &Value) -> Value {
@@ -67,10 +78,19 @@ fn strip_ids(v: &Value) -> Value {
 #[tokio::test]
 async fn thinking_and_signatures_pass_through() {
     let e = env().await;
-    e.fake.push(rule("think", Reply::thinking("Let me think.", "sig_abc==", "Answer.")));
+    e.fake.push(rule(
+        "think",
+        Reply::thinking("Let me think.", "sig_abc==", "Answer."),
+    ));
     let events = sse_events(e.messages(request("think hard", true)).await).await;
-    let thinking: String = events.iter().filter_map(|(_, d)| d["delta"]["thinking"].as_str()).collect();
-    let sig: String = events.iter().filter_map(|(_, d)| d["delta"]["signature"].as_str()).collect();
+    let thinking: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["thinking"].as_str())
+        .collect();
+    let sig: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["signature"].as_str())
+        .collect();
     assert_eq!(thinking, "Let me think.");
     assert_eq!(sig, "sig_abc==");
 }
@@ -78,14 +98,28 @@ async fn thinking_and_signatures_pass_through() {
 #[tokio::test]
 async fn an_error_before_the_stream_is_json_with_its_status() {
     let e = env().await;
-    e.fake.push(rule("boom", Reply::error_before_stream(500, "api_error", "exploded")));
+    e.fake.push(rule(
+        "boom",
+        Reply::error_before_stream(500, "api_error", "exploded"),
+    ));
     let resp = e.messages(request("boom", true)).await;
     assert_eq!(resp.status(), 500);
-    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("application/json"));
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json")
+    );
     let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["error"], json!({"type": "api_error", "message": "exploded"}));
+    assert_eq!(
+        body["error"],
+        json!({"type": "api_error", "message": "exploded"})
+    );
     // An error reported as the very first SSE event also becomes a JSON status.
-    e.fake.push(rule("first", Reply::error_mid_stream(0, "overloaded_error", "busy now")));
+    e.fake.push(rule(
+        "first",
+        Reply::error_mid_stream(0, "overloaded_error", "busy now"),
+    ));
     let resp = e.messages(request("first event error", true)).await;
     assert_eq!(resp.status(), 529);
     let body: Value = resp.json().await.unwrap();
@@ -95,7 +129,10 @@ async fn an_error_before_the_stream_is_json_with_its_status() {
 #[tokio::test]
 async fn a_mid_stream_error_is_one_error_frame_and_no_message_stop() {
     let e = env().await;
-    e.fake.push(rule("midway", Reply::error_mid_stream(4, "overloaded_error", "capacity")));
+    e.fake.push(rule(
+        "midway",
+        Reply::error_mid_stream(4, "overloaded_error", "capacity"),
+    ));
     let events = sse_events(e.messages(request("fail midway", true)).await).await;
     let n = names(&events);
     assert_eq!(n.iter().filter(|n| **n == "error").count(), 1, "{n:?}");
@@ -118,16 +155,29 @@ async fn a_mid_stream_error_is_one_error_frame_and_no_message_stop() {
 
 #[tokio::test]
 async fn pings_flow_while_the_upstream_is_silent() {
-    let e = env_with(ProxyConfig { ping_interval: Duration::from_millis(100), ..ProxyConfig::default() }).await;
-    e.fake.push(rule("slow", Reply::silent_then_text(Duration::from_millis(650), "finally")));
+    let e = env_with(ProxyConfig {
+        ping_interval: Duration::from_millis(100),
+        ..ProxyConfig::default()
+    })
+    .await;
+    e.fake.push(rule(
+        "slow",
+        Reply::silent_then_text(Duration::from_millis(650), "finally"),
+    ));
     let events = sse_events(e.messages(request("slow thinker", true)).await).await;
     let n = names(&events);
     assert_eq!(n[0], "message_start");
     let first_content = n.iter().position(|n| *n == "content_block_start").unwrap();
     let pings = n[1..first_content].iter().filter(|n| **n == "ping").count();
-    assert!(pings >= 3, "expected pings during 650 ms of silence at 100 ms, got {n:?}");
+    assert!(
+        pings >= 3,
+        "expected pings during 650 ms of silence at 100 ms, got {n:?}"
+    );
     assert_eq!(n.last(), Some(&"message_stop"));
-    let text: String = events.iter().filter_map(|(_, d)| d["delta"]["text"].as_str()).collect();
+    let text: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect();
     assert_eq!(text, "finally");
 }
 
@@ -143,24 +193,40 @@ async fn a_client_disconnect_cancels_the_upstream_request_within_a_second() {
     assert!(String::from_utf8_lossy(&first).contains("message_start"));
     let before = e.fake.disconnects();
     drop(body);
-    e.fake.wait_disconnects(before + 1, Duration::from_secs(1)).await.unwrap();
+    e.fake
+        .wait_disconnects(before + 1, Duration::from_secs(1))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn a_disconnect_before_the_first_event_cancels_too() {
     let e = env().await;
-    e.fake.push(rule("quiet", Reply::silent_before_first_event(Duration::from_secs(30), "late")));
+    e.fake.push(rule(
+        "quiet",
+        Reply::silent_before_first_event(Duration::from_secs(30), "late"),
+    ));
     let http = e.http.clone();
     let url = e.url("/v1/messages");
     let bearer = e.bearer();
     let task = tokio::spawn(async move {
-        http.post(url).header("authorization", bearer).json(&request("quiet please", true)).send().await
+        http.post(url)
+            .header("authorization", bearer)
+            .json(&request("quiet please", true))
+            .send()
+            .await
     });
     // Wait until the proxy's request reached the fake, then hang up.
     let fake = &e.fake;
-    wait_until("the upstream request", Duration::from_secs(5), || !fake.message_requests().is_empty()).await;
+    wait_until("the upstream request", Duration::from_secs(5), || {
+        !fake.message_requests().is_empty()
+    })
+    .await;
     task.abort();
-    e.fake.wait_disconnects(1, Duration::from_secs(1)).await.unwrap();
+    e.fake
+        .wait_disconnects(1, Duration::from_secs(1))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -171,12 +237,23 @@ async fn shutdown_aborts_in_flight_streams() {
     let resp = e.messages(request("hold on", true)).await;
     let mut body = resp.bytes_stream();
     let _ = body.next().await.unwrap().unwrap();
-    tokio::time::timeout(Duration::from_secs(2), e.proxy.shutdown()).await.expect("shutdown hung");
-    e.fake.wait_disconnects(1, Duration::from_secs(1)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), e.proxy.shutdown())
+        .await
+        .expect("shutdown hung");
+    e.fake
+        .wait_disconnects(1, Duration::from_secs(1))
+        .await
+        .unwrap();
     // The client sees its stream end (error or EOF), not a hang.
-    let rest = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = body.next().await {} }).await;
+    let rest = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(_)) = body.next().await {}
+    })
+    .await;
     assert!(rest.is_ok());
-    assert!(e.http.get(e.url("/")).send().await.is_err(), "still accepting after shutdown");
+    assert!(
+        e.http.get(e.url("/")).send().await.is_err(),
+        "still accepting after shutdown"
+    );
 }
 
 #[tokio::test]
@@ -189,7 +266,9 @@ async fn gated_stream_delivers_events_before_the_upstream_finishes() {
     let mut seen = Vec::new();
     // Events sent before the gate arrive while the upstream is still holding the rest.
     while !String::from_utf8_lossy(&seen).contains("content_block_start") {
-        let chunk = tokio::time::timeout(Duration::from_secs(2), body.next()).await.expect("event not relayed promptly");
+        let chunk = tokio::time::timeout(Duration::from_secs(2), body.next())
+            .await
+            .expect("event not relayed promptly");
         seen.extend_from_slice(&chunk.unwrap().unwrap());
     }
     gate.open();

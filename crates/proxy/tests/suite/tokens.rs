@@ -19,7 +19,13 @@ async fn hundred_concurrent_requests_with_an_expired_token_mint_once() {
             let url = e.url("/v1/messages");
             let bearer = e.bearer();
             tokio::spawn(async move {
-                http.post(url).header("authorization", bearer).json(&request("hi", false)).send().await.unwrap().status()
+                http.post(url)
+                    .header("authorization", bearer)
+                    .json(&request("hi", false))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
             })
         })
         .collect();
@@ -86,26 +92,49 @@ async fn the_token_is_refreshed_before_it_expires() {
 #[tokio::test]
 async fn mint_failures_are_classified() {
     let e = env().await;
-    e.fake.fail_next_mints(503, json!({"message": "unavailable"}), 2);
+    e.fake
+        .fail_next_mints(503, json!({"message": "unavailable"}), 2);
     let tok = e.copilot.token().await.unwrap();
     assert!(!tok.token.is_empty());
-    assert_eq!(e.fake.mint_count(), 3, "two transient failures retried, then success");
+    assert_eq!(
+        e.fake.mint_count(),
+        3,
+        "two transient failures retried, then success"
+    );
 
     let e = env().await;
-    e.fake.fail_next_mints(401, json!({"message": "Bad credentials"}), 1);
+    e.fake
+        .fail_next_mints(401, json!({"message": "Bad credentials"}), 1);
     let resp = e.messages(request("hi", true)).await;
     assert_eq!(resp.status(), 401);
     let body: Value = resp.json().await.unwrap();
-    assert!(body["error"]["message"].as_str().unwrap().contains("claude-host login"), "{body}");
-    assert_eq!(e.fake.mint_count(), 1, "a rejected credential is not retried");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("claude-host login"),
+        "{body}"
+    );
+    assert_eq!(
+        e.fake.mint_count(),
+        1,
+        "a rejected credential is not retried"
+    );
 
     let e = env().await;
-    e.fake.fail_next_mints(403, json!({"message": "Copilot subscription ended", "notification_id": "subscription_ended"}), 1);
+    e.fake.fail_next_mints(
+        403,
+        json!({"message": "Copilot subscription ended", "notification_id": "subscription_ended"}),
+        1,
+    );
     let resp = e.messages(request("hi", true)).await;
     assert_eq!(resp.status(), 403);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["type"], "permission_error");
     let msg = body["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("no GitHub Copilot access") && msg.contains("subscription_ended"), "{msg}");
+    assert!(
+        msg.contains("no GitHub Copilot access") && msg.contains("subscription_ended"),
+        "{msg}"
+    );
     assert!(e.fake.message_requests().is_empty());
 }

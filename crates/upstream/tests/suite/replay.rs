@@ -1,6 +1,8 @@
 use claude_host_protocol::messages::Initiator;
 use claude_host_testkit::fake::{FakeUpstream, Match, Reply, Rule};
-use claude_host_upstream::copilot::{ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream};
+use claude_host_upstream::copilot::{
+    ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
+};
 use claude_host_upstream::record::RecordingUpstream;
 use claude_host_upstream::replay::{ReplayUpstream, parse_entries};
 use claude_host_upstream::{MessagesCall, Upstream, UpstreamError, http_client};
@@ -44,7 +46,12 @@ async fn entries_answer_in_order_or_by_match_once_or_repeatedly() {
 "#;
     let up = ReplayUpstream::from_entries(parse_entries(text, "t").unwrap());
     assert!(body_of(&up, call("first", false)).await.1.contains("\"A\""));
-    assert!(body_of(&up, call("the second one", false)).await.1.contains("\"B\""));
+    assert!(
+        body_of(&up, call("the second one", false))
+            .await
+            .1
+            .contains("\"B\"")
+    );
     let resp = up.messages(call("limit", false)).await.unwrap();
     assert_eq!((resp.status, resp.header("retry-after")), (429, Some("2")));
     assert!(body_of(&up, call("x", false)).await.1.contains("\"R\""));
@@ -57,20 +64,35 @@ async fn exhaustion_and_bad_files_are_clear_errors() {
     let err = up.messages(call("anything", true)).await.unwrap_err();
     assert!(matches!(err, UpstreamError::Replay(_)));
     assert!(err.to_string().contains("anything"));
-    let err = parse_entries("{\"status\":200}\n", "f.jsonl").unwrap_err().to_string();
-    assert!(err.contains("f.jsonl, line 1") && err.contains("events"), "{err}");
-    let err = parse_entries("\n\nnot json\n", "f.jsonl").unwrap_err().to_string();
+    let err = parse_entries("{\"status\":200}\n", "f.jsonl")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("f.jsonl, line 1") && err.contains("events"),
+        "{err}"
+    );
+    let err = parse_entries("\n\nnot json\n", "f.jsonl")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("line 3"), "{err}");
 }
 
 #[tokio::test]
 async fn record_then_replay_reproduces_the_stream() {
     let fake = FakeUpstream::start().await.unwrap();
-    fake.push(Rule { when: Match::Always, reply: Reply::tool_use("Bash", json!({"command": "echo hi"})), times: None });
+    fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::tool_use("Bash", json!({"command": "echo hi"})),
+        times: None,
+    });
     let copilot: Arc<dyn Upstream> = Arc::new(CopilotUpstream::new(
         http_client().unwrap(),
         "gho_fake_github_token".into(),
-        CopilotEndpoints { github_url: fake.url(), github_api_url: fake.url(), copilot_api_url: None },
+        CopilotEndpoints {
+            github_url: fake.url(),
+            github_api_url: fake.url(),
+            copilot_api_url: None,
+        },
         ClientIdentity::default(),
         CopilotOptions::default(),
     ));
@@ -80,9 +102,15 @@ async fn record_then_replay_reproduces_the_stream() {
     let (status, live) = body_of(&rec, call("run it", true)).await;
     assert_eq!(status, 200);
     let recorded = std::fs::read_to_string(&file).unwrap();
-    assert!(!recorded.contains("gho_") && !recorded.to_lowercase().contains("bearer"), "secret in recording");
+    assert!(
+        !recorded.contains("gho_") && !recorded.to_lowercase().contains("bearer"),
+        "secret in recording"
+    );
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
 
     let replay = ReplayUpstream::load(&file).unwrap();
     let (status, replayed) = body_of(&replay, call("run it", true)).await;
@@ -90,7 +118,9 @@ async fn record_then_replay_reproduces_the_stream() {
     let events = |s: &str| -> Vec<(String, Value)> {
         let mut p = claude_host_protocol::sse::EventParser::new();
         p.push(s.as_bytes());
-        std::iter::from_fn(|| p.next_event()).map(|e| (e.name, serde_json::from_str(&e.data).unwrap())).collect()
+        std::iter::from_fn(|| p.next_event())
+            .map(|e| (e.name, serde_json::from_str(&e.data).unwrap()))
+            .collect()
     };
     assert_eq!(events(&live), events(&replayed));
 
