@@ -1,0 +1,715 @@
+//! A fake GitHub (web + API) and Copilot API on one loopback port, with scripted model
+//! replies in the exact Anthropic wire format, request capture, and disconnect detection.
+
+pub use crate::replies::{Block, Gate, Match, Reply, Rule};
+
+use crate::replies::{Kind, Plan, event, render_events, render_message};
+use anyhow::Context as _;
+use bytes::Bytes;
+use claude_host_protocol::messages::last_user_text;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How the device flow ends after the pending polls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceOutcome {
+    /// A token is granted.
+    Success,
+    /// The user declined.
+    AccessDenied,
+    /// The code expired.
+    Expired,
+    /// One `slow_down`, then a token.
+    SlowDownOnce,
+}
+
+/// Fake settings.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    /// `authorization_pending` answers before the outcome.
+    pub device_flow_pending_polls: usize,
+    /// How the device flow ends.
+    pub device_flow_outcome: DeviceOutcome,
+    /// The GitHub token the fake grants and accepts.
+    pub github_token: String,
+    /// The GitHub login.
+    pub login: String,
+    /// The Copilot catalog.
+    pub models: Vec<Value>,
+    /// Record violations of the Copilot header contract on `/v1/messages`.
+    pub require_copilot_headers: bool,
+    /// SSE events per body write (real upstreams batch; benchmarks use 10).
+    pub sse_events_per_write: usize,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        FakeConfig {
+            device_flow_pending_polls: 1,
+            device_flow_outcome: DeviceOutcome::Success,
+            github_token: "gho_fake_github_token".into(),
+            login: "octocat".into(),
+            models: default_models(),
+            require_copilot_headers: true,
+            sse_events_per_write: 1,
+        }
+    }
+}
+
+/// A request the fake received.
+#[derive(Debug, Clone)]
+pub struct CapturedRequest {
+    /// Method.
+    pub method: String,
+    /// Path with query.
+    pub path: String,
+    /// Headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Bytes,
+    /// When it arrived.
+    pub received_at: Instant,
+}
+
+impl CapturedRequest {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The text of the last user message.
+    pub fn last_user_text(&self) -> String {
+        last_user_text(&self.json())
+    }
+}
+
+struct Tokens {
+    /// token → expires_at
+    valid: HashMap<String, i64>,
+    last: String,
+    expires_in: i64,
+    refresh_in: i64,
+}
+
+struct State {
+    config: FakeConfig,
+    url: String,
+    requests: Mutex<Vec<CapturedRequest>>,
+    rules: Mutex<Vec<(Rule, usize)>>,
+    default_reply: Mutex<Reply>,
+    mints: AtomicUsize,
+    failing_mints: Mutex<VecDeque<(u16, Value)>>,
+    reject_messages: AtomicUsize,
+    tokens: Mutex<Tokens>,
+    device_polls: Mutex<HashMap<String, usize>>,
+    violations: Mutex<Vec<String>>,
+    disconnects: AtomicUsize,
+    disconnect_notify: tokio::sync::Notify,
+    ids: AtomicU64,
+}
+
+/// The running fake.
+pub struct FakeUpstream {
+    state: Arc<State>,
+    addr: SocketAddr,
+    cancel: CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
+}
+
+impl std::fmt::Debug for FakeUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeUpstream").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+impl FakeUpstream {
+    /// Starts with the default configuration.
+    pub async fn start() -> anyhow::Result<FakeUpstream> {
+        Self::start_with(FakeConfig::default()).await
+    }
+
+    /// Starts on `127.0.0.1:0`.
+    pub async fn start_with(config: FakeConfig) -> anyhow::Result<FakeUpstream> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        let listener = socket.listen(1024)?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            config,
+            url: format!("http://{addr}"),
+            requests: Mutex::new(Vec::new()),
+            rules: Mutex::new(Vec::new()),
+            default_reply: Mutex::new(Reply::text("ok")),
+            mints: AtomicUsize::new(0),
+            failing_mints: Mutex::new(VecDeque::new()),
+            reject_messages: AtomicUsize::new(0),
+            tokens: Mutex::new(Tokens { valid: HashMap::new(), last: String::new(), expires_in: 1800, refresh_in: 1500 }),
+            device_polls: Mutex::new(HashMap::new()),
+            violations: Mutex::new(Vec::new()),
+            disconnects: AtomicUsize::new(0),
+            disconnect_notify: tokio::sync::Notify::new(),
+            ids: AtomicU64::new(1),
+        });
+        let cancel = CancellationToken::new();
+        let tracker = tokio_util::task::TaskTracker::new();
+        {
+            let (state, cancel, tracker2) = (state.clone(), cancel.clone(), tracker.clone());
+            tracker.spawn(async move {
+                loop {
+                    let (stream, _) = tokio::select! {
+                        () = cancel.cancelled() => return,
+                        r = listener.accept() => match r { Ok(p) => p, Err(_) => continue },
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let state = state.clone();
+                    let cancel = cancel.clone();
+                    tracker2.spawn(async move {
+                        let svc = hyper::service::service_fn(move |req| {
+                            let state = state.clone();
+                            async move { Ok::<_, std::convert::Infallible>(handle(state, req).await) }
+                        });
+                        let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                        tokio::select! {
+                            _ = conn => {}
+                            () = cancel.cancelled() => {}
+                        }
+                    });
+                }
+            });
+        }
+        Ok(FakeUpstream { state, addr, cancel, tracker })
+    }
+
+    /// `http://127.0.0.1:<port>`: the GitHub web, GitHub API and Copilot API base.
+    pub fn url(&self) -> String {
+        self.state.url.clone()
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Calls to `/copilot_internal/v2/token` so far.
+    pub fn mint_count(&self) -> usize {
+        self.state.mints.load(Ordering::SeqCst)
+    }
+
+    /// The last minted Copilot token.
+    pub fn current_copilot_token(&self) -> String {
+        lock(&self.state.tokens).last.clone()
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<CapturedRequest> {
+        lock(&self.state.requests).clone()
+    }
+
+    /// Every `POST /v1/messages` so far.
+    pub fn message_requests(&self) -> Vec<CapturedRequest> {
+        lock(&self.state.requests)
+            .iter()
+            .filter(|r| r.method == "POST" && path_only(&r.path) == "/v1/messages")
+            .cloned()
+            .collect()
+    }
+
+    /// Adds a scripted reply.
+    pub fn push(&self, rule: Rule) {
+        let uses = rule.times.unwrap_or(1);
+        lock(&self.state.rules).push((rule, uses));
+    }
+
+    /// The reply when no rule matches (default: the text `ok`).
+    pub fn set_default_reply(&self, reply: Reply) {
+        *lock(&self.state.default_reply) = reply;
+    }
+
+    /// The next `count` mints fail with this status and body.
+    pub fn fail_next_mints(&self, status: u16, body: Value, count: usize) {
+        let mut q = lock(&self.state.failing_mints);
+        for _ in 0..count {
+            q.push_back((status, body.clone()));
+        }
+    }
+
+    /// The next `count` `/v1/messages` calls answer 401.
+    pub fn reject_next_messages_with_401(&self, count: usize) {
+        self.state.reject_messages.store(count, Ordering::SeqCst);
+    }
+
+    /// Lifetime of tokens minted from now on.
+    pub fn set_token_ttl(&self, expires_in_secs: i64, refresh_in_secs: i64) {
+        let mut t = lock(&self.state.tokens);
+        t.expires_in = expires_in_secs;
+        t.refresh_in = refresh_in_secs;
+    }
+
+    /// Client disconnects (a reply body dropped before it finished) so far.
+    pub fn disconnects(&self) -> usize {
+        self.state.disconnects.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `n` disconnects were recorded.
+    pub async fn wait_disconnects(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        let wait = async {
+            loop {
+                let notified = self.state.disconnect_notify.notified();
+                if self.disconnects() >= n {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .with_context(|| format!("{} of {n} disconnects after {timeout:?}", self.disconnects()))
+    }
+
+    /// Violations of the Copilot header contract seen on `/v1/messages`.
+    pub fn header_violations(&self) -> Vec<String> {
+        lock(&self.state.violations).clone()
+    }
+
+    /// Stops the server and closes every connection.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+fn path_only(p: &str) -> &str {
+    p.split('?').next().unwrap_or(p)
+}
+
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
+fn full(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(http_body_util::Full::new(body.into()).map_err(|e| match e {}).boxed_unsync());
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn json_resp(status: u16, v: &Value) -> Response<Body> {
+    full(status, "application/json", v.to_string())
+}
+
+fn anthropic_error(status: u16, kind: &str, message: &str) -> Response<Body> {
+    json_resp(status, &json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake_err"}))
+}
+
+fn form_or_json(body: &[u8]) -> HashMap<String, String> {
+    if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(body) {
+        return m.into_iter().map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned))).collect();
+    }
+    String::from_utf8_lossy(body)
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.replace("%3A", ":").replace('+', " ")))
+        .collect()
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().to_string();
+    let path = req.uri().path_and_query().map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return full(400, "text/plain", "bad body"),
+    };
+    let captured = CapturedRequest { method: method.clone(), path: path.clone(), headers, body, received_at: Instant::now() };
+    lock(&state.requests).push(captured.clone());
+    let auth = captured.header("authorization").unwrap_or("").to_owned();
+    let github_ok = auth == format!("token {}", state.config.github_token) || auth == format!("Bearer {}", state.config.github_token);
+    match (method.as_str(), path_only(&path)) {
+        ("GET", "/") => full(200, "text/plain", "fake"),
+        ("POST", "/login/device/code") => json_resp(
+            200,
+            &json!({"device_code": format!("dc_{}", state.ids.fetch_add(1, Ordering::SeqCst)), "user_code": "ABCD-1234",
+                    "verification_uri": format!("{}/login/device", state.url), "expires_in": 900, "interval": 0}),
+        ),
+        ("POST", "/login/oauth/access_token") => device_poll(&state, &captured.body),
+        ("GET", "/user") if github_ok => json_resp(200, &json!({"login": state.config.login, "id": 1, "type": "User"})),
+        ("GET", "/copilot_internal/v2/token") if github_ok => mint(&state),
+        ("GET", "/copilot_internal/v2/token") => {
+            state.mints.fetch_add(1, Ordering::SeqCst);
+            json_resp(401, &json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}))
+        }
+        ("GET", "/copilot_internal/user") if github_ok => json_resp(200, &copilot_user(&state)),
+        ("GET", "/user" | "/copilot_internal/user") => json_resp(401, &json!({"message": "Bad credentials"})),
+        ("GET", "/models") => {
+            if !copilot_token_ok(&state, &auth) {
+                return anthropic_error(401, "authentication_error", "invalid Copilot token");
+            }
+            json_resp(200, &json!({"data": state.config.models, "object": "list"}))
+        }
+        ("POST", "/v1/messages/count_tokens") => json_resp(200, &json!({"input_tokens": captured.body.len() / 4})),
+        ("POST", "/v1/messages") => messages(&state, &captured, &auth),
+        _ => json_resp(404, &json!({"message": "Not Found"})),
+    }
+}
+
+fn device_poll(state: &State, body: &[u8]) -> Response<Body> {
+    let form = form_or_json(body);
+    let code = form.get("device_code").cloned().unwrap_or_default();
+    if !code.starts_with("dc_") {
+        return json_resp(200, &json!({"error": "incorrect_device_code", "error_description": "The device_code provided is not valid."}));
+    }
+    let polls = {
+        let mut p = lock(&state.device_polls);
+        let n = p.entry(code).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let pending = state.config.device_flow_pending_polls;
+    if polls <= pending {
+        return json_resp(200, &json!({"error": "authorization_pending", "error_description": "The authorization request is still pending."}));
+    }
+    let success = json!({"access_token": state.config.github_token, "token_type": "bearer", "scope": "read:user"});
+    match state.config.device_flow_outcome {
+        DeviceOutcome::Success => json_resp(200, &success),
+        DeviceOutcome::AccessDenied => json_resp(200, &json!({"error": "access_denied", "error_description": "The authorization request was denied."})),
+        DeviceOutcome::Expired => json_resp(200, &json!({"error": "expired_token", "error_description": "The device_code has expired."})),
+        DeviceOutcome::SlowDownOnce if polls == pending + 1 => {
+            json_resp(200, &json!({"error": "slow_down", "error_description": "Too many requests.", "interval": 5}))
+        }
+        DeviceOutcome::SlowDownOnce => json_resp(200, &success),
+    }
+}
+
+fn mint(state: &State) -> Response<Body> {
+    let n = state.mints.fetch_add(1, Ordering::SeqCst) + 1;
+    if let Some((status, body)) = lock(&state.failing_mints).pop_front() {
+        return json_resp(status, &body);
+    }
+    let mut t = lock(&state.tokens);
+    let exp = now_unix() + t.expires_in;
+    let token = format!("tid={n};exp={exp};sku=copilot_for_business_seat;8kp=1:{:016x}", rand_u64(n as u64));
+    t.valid.insert(token.clone(), exp);
+    t.last = token.clone();
+    json_resp(
+        200,
+        &json!({"token": token, "expires_at": exp, "refresh_in": t.refresh_in,
+                "endpoints": {"api": state.url, "proxy": state.url, "telemetry": format!("{}/telemetry", state.url), "origin-tracker": state.url},
+                "sku": "copilot_for_business_seat", "chat_enabled": true, "annotations_enabled": true}),
+    )
+}
+
+fn rand_u64(seed: u64) -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    (t ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(17)
+}
+
+fn copilot_user(state: &State) -> Value {
+    json!({"login": state.config.login, "access_type_sku": "copilot_for_business_seat", "copilot_plan": "business",
+           "quota_reset_date": "2026-12-01", "chat_enabled": true,
+           "quota_snapshots": {
+               "chat": {"entitlement": 0, "remaining": 0, "percent_remaining": 100.0, "unlimited": true},
+               "completions": {"entitlement": 0, "remaining": 0, "percent_remaining": 100.0, "unlimited": true},
+               "premium_interactions": {"entitlement": 300, "remaining": 250, "percent_remaining": 83.3, "unlimited": false, "overage_count": 0, "overage_permitted": false}},
+           "endpoints": {"api": state.url, "telemetry": format!("{}/telemetry", state.url)}})
+}
+
+fn copilot_token_ok(state: &State, auth: &str) -> bool {
+    let Some(tok) = auth.strip_prefix("Bearer ") else { return false };
+    lock(&state.tokens).valid.get(tok).is_some_and(|exp| now_unix() < *exp)
+}
+
+fn check_headers(state: &State, r: &CapturedRequest) {
+    let mut v = Vec::new();
+    let non_empty = |name: &str, v: &mut Vec<String>| {
+        if r.header(name).is_none_or(str::is_empty) {
+            v.push(format!("missing {name}"));
+        }
+    };
+    for h in ["x-request-id", "x-github-api-version", "copilot-integration-id", "editor-version"] {
+        non_empty(h, &mut v);
+    }
+    for (h, want) in [("openai-intent", "messages-proxy"), ("x-interaction-type", "messages-proxy")] {
+        if r.header(h) != Some(want) {
+            v.push(format!("{h} is {:?}, want {want:?}", r.header(h)));
+        }
+    }
+    if !matches!(r.header("x-initiator"), Some("user" | "agent")) {
+        v.push(format!("x-initiator is {:?}", r.header("x-initiator")));
+    }
+    if !r.header("content-type").is_some_and(|c| c.starts_with("application/json")) {
+        v.push(format!("content-type is {:?}", r.header("content-type")));
+    }
+    lock(&state.violations).extend(v);
+}
+
+fn pick_reply(state: &State, r: &CapturedRequest) -> Reply {
+    let body = r.json();
+    let text = last_user_text(&body);
+    let has_tool_result = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_array())
+        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
+    let mut rules = lock(&state.rules);
+    for (rule, uses) in rules.iter_mut() {
+        if *uses == 0 {
+            continue;
+        }
+        let hit = match &rule.when {
+            Match::Always => true,
+            Match::LastUserContains(s) => text.contains(s.as_str()),
+            Match::HasToolResult => has_tool_result,
+        };
+        if hit {
+            *uses -= 1;
+            return rule.reply.clone();
+        }
+    }
+    lock(&state.default_reply).clone()
+}
+
+fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Body> {
+    if !copilot_token_ok(state, auth) {
+        return anthropic_error(401, "authentication_error", "invalid or expired Copilot token");
+    }
+    if state
+        .reject_messages
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return anthropic_error(401, "authentication_error", "token revoked");
+    }
+    if state.config.require_copilot_headers {
+        check_headers(state, r);
+    }
+    let body = r.json();
+    let model = body["model"].as_str().unwrap_or("").to_owned();
+    let served = state.config.models.iter().any(|m| {
+        m["id"] == model.as_str()
+            && m["supported_endpoints"].as_array().is_some_and(|e| e.iter().any(|x| x == "/v1/messages"))
+    });
+    if !served {
+        return anthropic_error(400, "invalid_request_error", &format!("model \"{model}\" is not supported via /v1/messages"));
+    }
+    let reply = pick_reply(state, r);
+    let id = state.ids.fetch_add(1, Ordering::SeqCst);
+    let input_tokens = (r.body.len() / 4) as u64;
+    let stream = body["stream"] == true;
+    let mut resp = match reply.kind {
+        Kind::Error { status, error_type, message } => anthropic_error(status, &error_type, &message),
+        Kind::Json(v) => json_resp(200, &v),
+        Kind::Blocks { blocks, stop_reason, plan } if !stream => {
+            let _ = plan;
+            json_resp(200, &render_message(&blocks, &stop_reason, &model, id, input_tokens))
+        }
+        Kind::Blocks { blocks, stop_reason, plan } => {
+            let events = render_events(&blocks, &stop_reason, &model, id, input_tokens);
+            sse_response(state.clone(), events, plan)
+        }
+    };
+    for (k, v) in reply.headers {
+        if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(&v)) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    resp.headers_mut().insert("x-request-id", http::HeaderValue::from_static("req_fake"));
+    resp
+}
+
+fn batch(events: &[String], per_write: usize) -> Vec<Bytes> {
+    events.chunks(per_write.max(1)).map(|c| Bytes::from(c.concat())).collect()
+}
+
+fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<Body> {
+    let per = state.config.sse_events_per_write;
+    let body = match plan {
+        Plan::Normal => FakeBody::ready(state.clone(), batch(&events, per)),
+        Plan::ErrorAfter(n, kind, message) => {
+            let mut evs: Vec<String> = events.into_iter().take(n).collect();
+            evs.push(event("error", &json!({"type": "error", "error": {"type": kind, "message": message}})));
+            FakeBody::ready(state.clone(), batch(&evs, per))
+        }
+        Plan::TruncateAfter(n) => FakeBody::ready(state.clone(), batch(&events[..n.min(events.len())], per)),
+        other => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+            tokio::spawn(async move {
+                let send_all = |evs: &[String]| {
+                    let chunks = batch(evs, per);
+                    let tx = tx.clone();
+                    async move {
+                        for c in chunks {
+                            if tx.send(c).await.is_err() {
+                                return false;
+                            }
+                        }
+                        true
+                    }
+                };
+                let split = |n: usize| n.min(events.len());
+                let ok = match other {
+                    Plan::SilentAfterStart(d) => {
+                        send_all(&events[..1]).await && !wait_or_closed(&tx, tokio::time::sleep(d)).await && send_all(&events[1..]).await
+                    }
+                    Plan::SilentBeforeFirst(d) => !wait_or_closed(&tx, tokio::time::sleep(d)).await && send_all(&events).await,
+                    Plan::GateAfter(n, mut gate) => {
+                        let n = split(n);
+                        send_all(&events[..n]).await
+                            && !wait_or_closed(&tx, async move {
+                                let _ = gate.wait_for(|open| *open).await;
+                            })
+                            .await
+                            && send_all(&events[n..]).await
+                    }
+                    _ => true,
+                };
+                let _ = ok;
+            });
+            FakeBody::channel(state.clone(), rx)
+        }
+    };
+    let mut r = Response::new(body.boxed_unsync());
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// Waits for `fut`, or returns true early when the body's receiver is gone.
+async fn wait_or_closed(tx: &tokio::sync::mpsc::Sender<Bytes>, fut: impl std::future::Future<Output = ()>) -> bool {
+    tokio::select! {
+        () = fut => false,
+        () = tx.closed() => true,
+    }
+}
+
+/// A reply body that records a disconnect when dropped before it finished.
+struct FakeBody {
+    state: Arc<State>,
+    source: Source,
+    finished: bool,
+}
+
+enum Source {
+    Ready(VecDeque<Bytes>),
+    Channel(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+impl FakeBody {
+    fn ready(state: Arc<State>, chunks: Vec<Bytes>) -> FakeBody {
+        FakeBody { state, source: Source::Ready(chunks.into()), finished: false }
+    }
+
+    fn channel(state: Arc<State>, rx: tokio::sync::mpsc::Receiver<Bytes>) -> FakeBody {
+        FakeBody { state, source: Source::Channel(rx), finished: false }
+    }
+}
+
+impl hyper::body::Body for FakeBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        let next = match &mut self.source {
+            Source::Ready(q) => Poll::Ready(q.pop_front()),
+            Source::Channel(rx) => rx.poll_recv(cx),
+        };
+        match next {
+            Poll::Ready(Some(b)) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            Poll::Ready(None) => {
+                self.finished = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for FakeBody {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.state.disconnects.fetch_add(1, Ordering::SeqCst);
+            self.state.disconnect_notify.notify_waiters();
+        }
+    }
+}
+
+/// A realistic Copilot catalog: Claude models on `/v1/messages` plus entries the Claude filter
+/// must drop (other vendors, no `/v1/messages`, hidden from pickers, no tool calls, embeddings).
+pub fn default_models() -> Vec<Value> {
+    let claude = |id: &str, name: &str, default: bool, effort: bool| {
+        let mut supports = json!({"streaming": true, "tool_calls": true, "vision": true, "parallel_tool_calls": true,
+                                  "max_thinking_budget": 32000, "min_thinking_budget": 1024});
+        if effort {
+            supports["adaptive_thinking"] = json!(true);
+            supports["reasoning_effort"] = json!(["low", "medium", "high"]);
+        }
+        json!({"id": id, "name": name, "vendor": "Anthropic", "version": id, "object": "model",
+               "model_picker_enabled": true, "is_chat_default": default, "preview": false,
+               "supported_endpoints": ["/chat/completions", "/v1/messages"],
+               "capabilities": {"family": id, "type": "chat", "tokenizer": "o200k_base",
+                                "limits": {"max_context_window_tokens": 200000, "max_prompt_tokens": 168000, "max_output_tokens": 64000},
+                                "supports": supports},
+               "billing": {"is_premium": true, "multiplier": 1.0}})
+    };
+    let mut hidden = claude("claude-hidden-4.9", "Claude Hidden 4.9", false, false);
+    hidden["model_picker_enabled"] = json!(false);
+    let mut notools = claude("claude-notools-4.9", "Claude No Tools 4.9", false, false);
+    notools["capabilities"]["supports"]["tool_calls"] = json!(false);
+    let mut legacy = claude("claude-3.5-sonnet-legacy", "Claude 3.5 Sonnet (legacy)", false, false);
+    legacy["supported_endpoints"] = json!(["/chat/completions"]);
+    vec![
+        claude("claude-sonnet-4.5", "Claude Sonnet 4.5", false, false),
+        claude("claude-opus-5.5", "Claude Opus 5.5", true, true),
+        claude("claude-sonnet-5.5", "Claude Sonnet 5.5", false, true),
+        claude("claude-haiku-5.5", "Claude Haiku 5.5", false, false),
+        claude("claude-opus-4.6", "Claude Opus 4.6", false, true),
+        claude("claude-opus-4.6-1m", "Claude Opus 4.6 (1M context)", false, true),
+        claude("claude-sonnet-4", "Claude Sonnet 4", false, false),
+        json!({"id": "gpt-5.4", "name": "GPT-5.4", "vendor": "OpenAI", "object": "model", "model_picker_enabled": true, "is_chat_default": false,
+               "supported_endpoints": ["/responses"], "capabilities": {"type": "chat", "supports": {"tool_calls": true, "streaming": true}}}),
+        json!({"id": "gpt-4o", "name": "GPT-4o", "vendor": "Azure OpenAI", "object": "model", "model_picker_enabled": true, "is_chat_default": false,
+               "supported_endpoints": ["/chat/completions"], "capabilities": {"type": "chat", "supports": {"tool_calls": true, "streaming": true}}}),
+        legacy,
+        hidden,
+        notools,
+        json!({"id": "text-embedding-3-small", "name": "Embedding V3 small", "vendor": "Azure OpenAI", "object": "model",
+               "model_picker_enabled": false, "capabilities": {"type": "embeddings"}}),
+    ]
+}

@@ -1,0 +1,257 @@
+//! Scripted model replies and how they are rendered as Anthropic SSE or JSON.
+
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// When a scripted reply applies.
+#[derive(Debug, Clone)]
+pub enum Match {
+    /// Any request.
+    Always,
+    /// The last user message's text contains this.
+    LastUserContains(String),
+    /// The last user message carries a `tool_result`.
+    HasToolResult,
+}
+
+/// A scripted reply and when to use it.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// When it applies.
+    pub when: Match,
+    /// What to answer.
+    pub reply: Reply,
+    /// How many times it may be used (`None` = once).
+    pub times: Option<usize>,
+}
+
+/// One content block of a scripted reply.
+#[derive(Debug, Clone)]
+pub enum Block {
+    /// Text, sent as these deltas.
+    Text(Vec<String>),
+    /// A thinking block with its signature.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The signature.
+        signature: String,
+    },
+    /// A tool call.
+    ToolUse {
+        /// Tool name.
+        name: String,
+        /// Tool input.
+        input: Value,
+    },
+}
+
+/// Opens a gated reply.
+#[derive(Debug, Clone)]
+pub struct Gate(tokio::sync::watch::Sender<bool>);
+
+impl Gate {
+    /// Lets the rest of the reply through.
+    pub fn open(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Plan {
+    Normal,
+    ErrorAfter(usize, String, String),
+    TruncateAfter(usize),
+    SilentAfterStart(Duration),
+    SilentBeforeFirst(Duration),
+    GateAfter(usize, tokio::sync::watch::Receiver<bool>),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    Blocks { blocks: Vec<Block>, stop_reason: String, plan: Plan },
+    Error { status: u16, error_type: String, message: String },
+    Json(Value),
+}
+
+/// What the fake answers to a `/v1/messages` request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub(crate) kind: Kind,
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+fn split_text(text: &str, piece: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(piece.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+impl Reply {
+    fn blocks_with(blocks: Vec<Block>, stop_reason: &str, plan: Plan) -> Reply {
+        Reply {
+            kind: Kind::Blocks { blocks, stop_reason: stop_reason.into(), plan },
+            headers: Vec::new(),
+        }
+    }
+
+    /// One text block streamed in ~4-character deltas, `end_turn`.
+    pub fn text(text: &str) -> Reply {
+        Self::blocks(vec![Block::Text(split_text(text, 4))])
+    }
+
+    /// One text block sent as exactly these deltas.
+    pub fn text_deltas(deltas: Vec<String>) -> Reply {
+        Self::blocks(vec![Block::Text(deltas)])
+    }
+
+    /// A thinking block (with signature), then text.
+    pub fn thinking(thinking: &str, signature: &str, then_text: &str) -> Reply {
+        Self::blocks(vec![
+            Block::Thinking { thinking: thinking.into(), signature: signature.into() },
+            Block::Text(split_text(then_text, 4)),
+        ])
+    }
+
+    /// A tool call, `stop_reason: tool_use`.
+    pub fn tool_use(name: &str, input: Value) -> Reply {
+        Self::blocks_with(vec![Block::ToolUse { name: name.into(), input }], "tool_use", Plan::Normal)
+    }
+
+    /// Several blocks; `tool_use` stop reason when any block is a tool call.
+    pub fn blocks(blocks: Vec<Block>) -> Reply {
+        let stop = if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) { "tool_use" } else { "end_turn" };
+        Self::blocks_with(blocks, stop, Plan::Normal)
+    }
+
+    /// An HTTP error status with an Anthropic error envelope.
+    pub fn error_before_stream(status: u16, error_type: &str, message: &str) -> Reply {
+        Reply {
+            kind: Kind::Error { status, error_type: error_type.into(), message: message.into() },
+            headers: Vec::new(),
+        }
+    }
+
+    /// The first `after_events` events of a text reply, then an `error` event, then the end.
+    pub fn error_mid_stream(after_events: usize, error_type: &str, message: &str) -> Reply {
+        Self::blocks_with(
+            vec![Block::Text(split_text("partial answer that fails", 4))],
+            "end_turn",
+            Plan::ErrorAfter(after_events, error_type.into(), message.into()),
+        )
+    }
+
+    /// The first `after_events` events, then the body just ends.
+    pub fn truncated(after_events: usize) -> Reply {
+        Self::blocks_with(
+            vec![Block::Text(split_text("cut short before the end", 4))],
+            "end_turn",
+            Plan::TruncateAfter(after_events),
+        )
+    }
+
+    /// `message_start`, then no bytes for `silence`, then the rest of a text reply.
+    pub fn silent_then_text(silence: Duration, text: &str) -> Reply {
+        Self::blocks_with(vec![Block::Text(split_text(text, 4))], "end_turn", Plan::SilentAfterStart(silence))
+    }
+
+    /// Response headers, then no bytes for `silence`, then a whole text reply.
+    pub fn silent_before_first_event(silence: Duration, text: &str) -> Reply {
+        Self::blocks_with(vec![Block::Text(split_text(text, 4))], "end_turn", Plan::SilentBeforeFirst(silence))
+    }
+
+    /// The first `gate_after_events` events of a text reply; the rest once the gate opens.
+    pub fn gated(text: &str, gate_after_events: usize) -> (Reply, Gate) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (
+            Self::blocks_with(vec![Block::Text(split_text(text, 4))], "end_turn", Plan::GateAfter(gate_after_events, rx)),
+            Gate(tx),
+        )
+    }
+
+    /// A text reply of exactly `n` small `text_delta` events.
+    pub fn many_deltas(n: usize) -> Reply {
+        Self::text_deltas((0..n).map(|i| format!("w{} ", i % 10)).collect())
+    }
+
+    /// A whole JSON body, status 200.
+    pub fn json(value: Value) -> Reply {
+        Reply { kind: Kind::Json(value), headers: Vec::new() }
+    }
+
+    /// Adds a response header.
+    pub fn with_header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_ascii_lowercase(), value.into()));
+        self
+    }
+}
+
+pub(crate) fn event(name: &str, data: &Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+/// Renders a reply's SSE events (complete `event:`/`data:` blocks).
+pub(crate) fn render_events(blocks: &[Block], stop_reason: &str, model: &str, id: u64, input_tokens: u64) -> Vec<String> {
+    let mut ev = vec![
+        event(
+            "message_start",
+            &json!({"type": "message_start", "message": {"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": input_tokens, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}),
+        ),
+        event("ping", &json!({"type": "ping"})),
+    ];
+    let mut output_tokens = 1;
+    for (index, block) in blocks.iter().enumerate() {
+        match block {
+            Block::Text(deltas) => {
+                ev.push(event("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})));
+                for d in deltas {
+                    output_tokens += 1;
+                    ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": d}})));
+                }
+            }
+            Block::Thinking { thinking, signature } => {
+                ev.push(event("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}})));
+                for d in split_text(thinking, 5) {
+                    output_tokens += 1;
+                    ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": d}})));
+                }
+                ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": signature}})));
+            }
+            Block::ToolUse { name, input } => {
+                ev.push(event("content_block_start", &json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "tool_use", "id": format!("toolu_fake_{id}_{index}"), "name": name, "input": {}}})));
+                let text = input.to_string();
+                let piece = text.chars().count().div_ceil(3).max(1);
+                for d in split_text(&text, piece) {
+                    output_tokens += 1;
+                    ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": d}})));
+                }
+            }
+        }
+        ev.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
+    }
+    ev.push(event(
+        "message_delta",
+        &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                "usage": {"output_tokens": output_tokens}, "copilot_usage": {"total_nano_aiu": 1_000_000 * output_tokens}}),
+    ));
+    ev.push(event("message_stop", &json!({"type": "message_stop"})));
+    ev
+}
+
+/// The non-streaming message for a reply.
+pub(crate) fn render_message(blocks: &[Block], stop_reason: &str, model: &str, id: u64, input_tokens: u64) -> Value {
+    let content: Vec<Value> = blocks
+        .iter()
+        .enumerate()
+        .map(|(index, b)| match b {
+            Block::Text(d) => json!({"type": "text", "text": d.concat()}),
+            Block::Thinking { thinking, signature } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+            Block::ToolUse { name, input } => json!({"type": "tool_use", "id": format!("toolu_fake_{id}_{index}"), "name": name, "input": input}),
+        })
+        .collect();
+    json!({"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant", "model": model, "content": content,
+           "stop_reason": stop_reason, "stop_sequence": null,
+           "usage": {"input_tokens": input_tokens, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+}
