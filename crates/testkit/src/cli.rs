@@ -20,7 +20,9 @@ fn platform_package() -> anyhow::Result<&'static str> {
 /// Where tests keep the pinned install (shared by every test process on the machine).
 pub fn install_dir() -> anyhow::Result<PathBuf> {
     let home = std::env::home_dir().context("no home directory")?;
-    Ok(home.join(".cache/claude-host-test/cli").join(PINNED_CLI_VERSION))
+    Ok(home
+        .join(".cache/claude-host-test/cli")
+        .join(PINNED_CLI_VERSION))
 }
 
 /// Path to the pinned real Claude Code CLI, installing it once per machine if needed:
@@ -33,7 +35,10 @@ pub fn pinned_cli() -> anyhow::Result<PathBuf> {
         return Ok(p);
     }
     let dir = install_dir()?;
-    let bin = dir.join("node_modules/@anthropic-ai").join(platform_package()?).join("claude");
+    let bin = dir
+        .join("node_modules/@anthropic-ai")
+        .join(platform_package()?)
+        .join("claude");
     if check_version(&bin).is_ok() {
         return Ok(bin);
     }
@@ -62,7 +67,10 @@ fn check_version(bin: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot run {}", bin.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !text.starts_with(PINNED_CLI_VERSION) {
-        bail!("{} reports {text:?}, expected {PINNED_CLI_VERSION}", bin.display());
+        bail!(
+            "{} reports {text:?}, expected {PINNED_CLI_VERSION}",
+            bin.display()
+        );
     }
     Ok(())
 }
@@ -73,11 +81,19 @@ impl FileLock {
     #[allow(unsafe_code)]
     fn acquire(path: &Path) -> anyhow::Result<FileLock> {
         use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
         // SAFETY: flock on a descriptor we own for the lifetime of the returned guard.
         let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
         if rc != 0 {
-            bail!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error());
+            bail!(
+                "cannot lock {}: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
         }
         Ok(FileLock(f))
     }
@@ -98,11 +114,17 @@ impl Drop for FileLock {
 pub fn cli_env(base_url: &str, auth_token: &str, home: &Path) -> Vec<(String, String)> {
     vec![
         ("HOME".into(), home.display().to_string()),
-        ("CLAUDE_CONFIG_DIR".into(), home.join(".claude").display().to_string()),
+        (
+            "CLAUDE_CONFIG_DIR".into(),
+            home.join(".claude").display().to_string(),
+        ),
         ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
         ("ANTHROPIC_BASE_URL".into(), base_url.into()),
         ("ANTHROPIC_AUTH_TOKEN".into(), auth_token.into()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+        (
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+            "1".into(),
+        ),
         ("LANG".into(), "C.UTF-8".into()),
     ]
 }

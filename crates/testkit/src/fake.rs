@@ -86,7 +86,10 @@ pub struct CapturedRequest {
 impl CapturedRequest {
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// The body as JSON (`Null` when it is not JSON).
@@ -135,7 +138,9 @@ pub struct FakeUpstream {
 
 impl std::fmt::Debug for FakeUpstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeUpstream").field("addr", &self.addr).finish_non_exhaustive()
+        f.debug_struct("FakeUpstream")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
 }
 
@@ -170,7 +175,12 @@ impl FakeUpstream {
             mints: AtomicUsize::new(0),
             failing_mints: Mutex::new(VecDeque::new()),
             reject_messages: AtomicUsize::new(0),
-            tokens: Mutex::new(Tokens { valid: HashMap::new(), last: String::new(), expires_in: 1800, refresh_in: 1500 }),
+            tokens: Mutex::new(Tokens {
+                valid: HashMap::new(),
+                last: String::new(),
+                expires_in: 1800,
+                refresh_in: 1500,
+            }),
             device_polls: Mutex::new(HashMap::new()),
             violations: Mutex::new(Vec::new()),
             disconnects: AtomicUsize::new(0),
@@ -204,7 +214,12 @@ impl FakeUpstream {
                 }
             });
         }
-        Ok(FakeUpstream { state, addr, cancel, tracker })
+        Ok(FakeUpstream {
+            state,
+            addr,
+            cancel,
+            tracker,
+        })
     }
 
     /// `http://127.0.0.1:<port>`: the GitHub web, GitHub API and Copilot API base.
@@ -288,9 +303,12 @@ impl FakeUpstream {
                 notified.await;
             }
         };
-        tokio::time::timeout(timeout, wait)
-            .await
-            .with_context(|| format!("{} of {n} disconnects after {timeout:?}", self.disconnects()))
+        tokio::time::timeout(timeout, wait).await.with_context(|| {
+            format!(
+                "{} of {n} disconnects after {timeout:?}",
+                self.disconnects()
+            )
+        })
     }
 
     /// Violations of the Copilot header contract seen on `/v1/messages`.
@@ -319,7 +337,11 @@ fn path_only(p: &str) -> &str {
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
 
 fn full(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut r = Response::new(http_body_util::Full::new(body.into()).map_err(|e| match e {}).boxed_unsync());
+    let mut r = Response::new(
+        http_body_util::Full::new(body.into())
+            .map_err(|e| match e {})
+            .boxed_unsync(),
+    );
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = http::HeaderValue::from_str(content_type) {
         r.headers_mut().insert(http::header::CONTENT_TYPE, v);
@@ -332,12 +354,18 @@ fn json_resp(status: u16, v: &Value) -> Response<Body> {
 }
 
 fn anthropic_error(status: u16, kind: &str, message: &str) -> Response<Body> {
-    json_resp(status, &json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake_err"}))
+    json_resp(
+        status,
+        &json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake_err"}),
+    )
 }
 
 fn form_or_json(body: &[u8]) -> HashMap<String, String> {
     if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(body) {
-        return m.into_iter().map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned))).collect();
+        return m
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+            .collect();
     }
     String::from_utf8_lossy(body)
         .split('&')
@@ -348,20 +376,35 @@ fn form_or_json(body: &[u8]) -> HashMap<String, String> {
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().to_string();
-    let path = req.uri().path_and_query().map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
-        .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(k, v)| {
+            (
+                k.as_str().to_ascii_lowercase(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return full(400, "text/plain", "bad body"),
     };
-    let captured = CapturedRequest { method: method.clone(), path: path.clone(), headers, body, received_at: Instant::now() };
+    let captured = CapturedRequest {
+        method: method.clone(),
+        path: path.clone(),
+        headers,
+        body,
+        received_at: Instant::now(),
+    };
     lock(&state.requests).push(captured.clone());
     let auth = captured.header("authorization").unwrap_or("").to_owned();
-    let github_ok = auth == format!("token {}", state.config.github_token) || auth == format!("Bearer {}", state.config.github_token);
+    let github_ok = auth == format!("token {}", state.config.github_token)
+        || auth == format!("Bearer {}", state.config.github_token);
     match (method.as_str(), path_only(&path)) {
         ("GET", "/") => full(200, "text/plain", "fake"),
         ("POST", "/login/device/code") => json_resp(
@@ -370,21 +413,31 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
                     "verification_uri": format!("{}/login/device", state.url), "expires_in": 900, "interval": 0}),
         ),
         ("POST", "/login/oauth/access_token") => device_poll(&state, &captured.body),
-        ("GET", "/user") if github_ok => json_resp(200, &json!({"login": state.config.login, "id": 1, "type": "User"})),
+        ("GET", "/user") if github_ok => json_resp(
+            200,
+            &json!({"login": state.config.login, "id": 1, "type": "User"}),
+        ),
         ("GET", "/copilot_internal/v2/token") if github_ok => mint(&state),
         ("GET", "/copilot_internal/v2/token") => {
             state.mints.fetch_add(1, Ordering::SeqCst);
-            json_resp(401, &json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}))
+            json_resp(
+                401,
+                &json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}),
+            )
         }
         ("GET", "/copilot_internal/user") if github_ok => json_resp(200, &copilot_user(&state)),
-        ("GET", "/user" | "/copilot_internal/user") => json_resp(401, &json!({"message": "Bad credentials"})),
+        ("GET", "/user" | "/copilot_internal/user") => {
+            json_resp(401, &json!({"message": "Bad credentials"}))
+        }
         ("GET", "/models") => {
             if !copilot_token_ok(&state, &auth) {
                 return anthropic_error(401, "authentication_error", "invalid Copilot token");
             }
             json_resp(200, &json!({"data": state.config.models, "object": "list"}))
         }
-        ("POST", "/v1/messages/count_tokens") => json_resp(200, &json!({"input_tokens": captured.body.len() / 4})),
+        ("POST", "/v1/messages/count_tokens") => {
+            json_resp(200, &json!({"input_tokens": captured.body.len() / 4}))
+        }
         ("POST", "/v1/messages") => messages(&state, &captured, &auth),
         _ => json_resp(404, &json!({"message": "Not Found"})),
     }
@@ -394,7 +447,10 @@ fn device_poll(state: &State, body: &[u8]) -> Response<Body> {
     let form = form_or_json(body);
     let code = form.get("device_code").cloned().unwrap_or_default();
     if !code.starts_with("dc_") {
-        return json_resp(200, &json!({"error": "incorrect_device_code", "error_description": "The device_code provided is not valid."}));
+        return json_resp(
+            200,
+            &json!({"error": "incorrect_device_code", "error_description": "The device_code provided is not valid."}),
+        );
     }
     let polls = {
         let mut p = lock(&state.device_polls);
@@ -404,16 +460,26 @@ fn device_poll(state: &State, body: &[u8]) -> Response<Body> {
     };
     let pending = state.config.device_flow_pending_polls;
     if polls <= pending {
-        return json_resp(200, &json!({"error": "authorization_pending", "error_description": "The authorization request is still pending."}));
+        return json_resp(
+            200,
+            &json!({"error": "authorization_pending", "error_description": "The authorization request is still pending."}),
+        );
     }
     let success = json!({"access_token": state.config.github_token, "token_type": "bearer", "scope": "read:user"});
     match state.config.device_flow_outcome {
         DeviceOutcome::Success => json_resp(200, &success),
-        DeviceOutcome::AccessDenied => json_resp(200, &json!({"error": "access_denied", "error_description": "The authorization request was denied."})),
-        DeviceOutcome::Expired => json_resp(200, &json!({"error": "expired_token", "error_description": "The device_code has expired."})),
-        DeviceOutcome::SlowDownOnce if polls == pending + 1 => {
-            json_resp(200, &json!({"error": "slow_down", "error_description": "Too many requests.", "interval": 5}))
-        }
+        DeviceOutcome::AccessDenied => json_resp(
+            200,
+            &json!({"error": "access_denied", "error_description": "The authorization request was denied."}),
+        ),
+        DeviceOutcome::Expired => json_resp(
+            200,
+            &json!({"error": "expired_token", "error_description": "The device_code has expired."}),
+        ),
+        DeviceOutcome::SlowDownOnce if polls == pending + 1 => json_resp(
+            200,
+            &json!({"error": "slow_down", "error_description": "Too many requests.", "interval": 5}),
+        ),
         DeviceOutcome::SlowDownOnce => json_resp(200, &success),
     }
 }
@@ -425,7 +491,10 @@ fn mint(state: &State) -> Response<Body> {
     }
     let mut t = lock(&state.tokens);
     let exp = now_unix() + t.expires_in;
-    let token = format!("tid={n};exp={exp};sku=copilot_for_business_seat;8kp=1:{:016x}", rand_u64(n as u64));
+    let token = format!(
+        "tid={n};exp={exp};sku=copilot_for_business_seat;8kp=1:{:016x}",
+        rand_u64(n as u64)
+    );
     t.valid.insert(token.clone(), exp);
     t.last = token.clone();
     json_resp(
@@ -437,7 +506,9 @@ fn mint(state: &State) -> Response<Body> {
 }
 
 fn rand_u64(seed: u64) -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     (t ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(17)
 }
 
@@ -452,8 +523,13 @@ fn copilot_user(state: &State) -> Value {
 }
 
 fn copilot_token_ok(state: &State, auth: &str) -> bool {
-    let Some(tok) = auth.strip_prefix("Bearer ") else { return false };
-    lock(&state.tokens).valid.get(tok).is_some_and(|exp| now_unix() < *exp)
+    let Some(tok) = auth.strip_prefix("Bearer ") else {
+        return false;
+    };
+    lock(&state.tokens)
+        .valid
+        .get(tok)
+        .is_some_and(|exp| now_unix() < *exp)
 }
 
 fn check_headers(state: &State, r: &CapturedRequest) {
@@ -463,10 +539,18 @@ fn check_headers(state: &State, r: &CapturedRequest) {
             v.push(format!("missing {name}"));
         }
     };
-    for h in ["x-request-id", "x-github-api-version", "copilot-integration-id", "editor-version"] {
+    for h in [
+        "x-request-id",
+        "x-github-api-version",
+        "copilot-integration-id",
+        "editor-version",
+    ] {
         non_empty(h, &mut v);
     }
-    for (h, want) in [("openai-intent", "messages-proxy"), ("x-interaction-type", "messages-proxy")] {
+    for (h, want) in [
+        ("openai-intent", "messages-proxy"),
+        ("x-interaction-type", "messages-proxy"),
+    ] {
         if r.header(h) != Some(want) {
             v.push(format!("{h} is {:?}, want {want:?}", r.header(h)));
         }
@@ -474,7 +558,10 @@ fn check_headers(state: &State, r: &CapturedRequest) {
     if !matches!(r.header("x-initiator"), Some("user" | "agent")) {
         v.push(format!("x-initiator is {:?}", r.header("x-initiator")));
     }
-    if !r.header("content-type").is_some_and(|c| c.starts_with("application/json")) {
+    if !r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/json"))
+    {
         v.push(format!("content-type is {:?}", r.header("content-type")));
     }
     lock(&state.violations).extend(v);
@@ -508,7 +595,11 @@ fn pick_reply(state: &State, r: &CapturedRequest) -> Reply {
 
 fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Body> {
     if !copilot_token_ok(state, auth) {
-        return anthropic_error(401, "authentication_error", "invalid or expired Copilot token");
+        return anthropic_error(
+            401,
+            "authentication_error",
+            "invalid or expired Copilot token",
+        );
     }
     if state
         .reject_messages
@@ -524,38 +615,66 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
     let model = body["model"].as_str().unwrap_or("").to_owned();
     let served = state.config.models.iter().any(|m| {
         m["id"] == model.as_str()
-            && m["supported_endpoints"].as_array().is_some_and(|e| e.iter().any(|x| x == "/v1/messages"))
+            && m["supported_endpoints"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|x| x == "/v1/messages"))
     });
     if !served {
-        return anthropic_error(400, "invalid_request_error", &format!("model \"{model}\" is not supported via /v1/messages"));
+        return anthropic_error(
+            400,
+            "invalid_request_error",
+            &format!("model \"{model}\" is not supported via /v1/messages"),
+        );
     }
     let reply = pick_reply(state, r);
     let id = state.ids.fetch_add(1, Ordering::SeqCst);
     let input_tokens = (r.body.len() / 4) as u64;
     let stream = body["stream"] == true;
     let mut resp = match reply.kind {
-        Kind::Error { status, error_type, message } => anthropic_error(status, &error_type, &message),
+        Kind::Error {
+            status,
+            error_type,
+            message,
+        } => anthropic_error(status, &error_type, &message),
         Kind::Json(v) => json_resp(200, &v),
-        Kind::Blocks { blocks, stop_reason, plan } if !stream => {
+        Kind::Blocks {
+            blocks,
+            stop_reason,
+            plan,
+        } if !stream => {
             let _ = plan;
-            json_resp(200, &render_message(&blocks, &stop_reason, &model, id, input_tokens))
+            json_resp(
+                200,
+                &render_message(&blocks, &stop_reason, &model, id, input_tokens),
+            )
         }
-        Kind::Blocks { blocks, stop_reason, plan } => {
+        Kind::Blocks {
+            blocks,
+            stop_reason,
+            plan,
+        } => {
             let events = render_events(&blocks, &stop_reason, &model, id, input_tokens);
             sse_response(state.clone(), events, plan)
         }
     };
     for (k, v) in reply.headers {
-        if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(&v)) {
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            http::HeaderValue::from_str(&v),
+        ) {
             resp.headers_mut().insert(k, v);
         }
     }
-    resp.headers_mut().insert("x-request-id", http::HeaderValue::from_static("req_fake"));
+    resp.headers_mut()
+        .insert("x-request-id", http::HeaderValue::from_static("req_fake"));
     resp
 }
 
 fn batch(events: &[String], per_write: usize) -> Vec<Bytes> {
-    events.chunks(per_write.max(1)).map(|c| Bytes::from(c.concat())).collect()
+    events
+        .chunks(per_write.max(1))
+        .map(|c| Bytes::from(c.concat()))
+        .collect()
 }
 
 fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<Body> {
@@ -564,10 +683,15 @@ fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<
         Plan::Normal => FakeBody::ready(state.clone(), batch(&events, per)),
         Plan::ErrorAfter(n, kind, message) => {
             let mut evs: Vec<String> = events.into_iter().take(n).collect();
-            evs.push(event("error", &json!({"type": "error", "error": {"type": kind, "message": message}})));
+            evs.push(event(
+                "error",
+                &json!({"type": "error", "error": {"type": kind, "message": message}}),
+            ));
             FakeBody::ready(state.clone(), batch(&evs, per))
         }
-        Plan::TruncateAfter(n) => FakeBody::ready(state.clone(), batch(&events[..n.min(events.len())], per)),
+        Plan::TruncateAfter(n) => {
+            FakeBody::ready(state.clone(), batch(&events[..n.min(events.len())], per))
+        }
         other => {
             let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
             tokio::spawn(async move {
@@ -586,9 +710,13 @@ fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<
                 let split = |n: usize| n.min(events.len());
                 let ok = match other {
                     Plan::SilentAfterStart(d) => {
-                        send_all(&events[..1]).await && !wait_or_closed(&tx, tokio::time::sleep(d)).await && send_all(&events[1..]).await
+                        send_all(&events[..1]).await
+                            && !wait_or_closed(&tx, tokio::time::sleep(d)).await
+                            && send_all(&events[1..]).await
                     }
-                    Plan::SilentBeforeFirst(d) => !wait_or_closed(&tx, tokio::time::sleep(d)).await && send_all(&events).await,
+                    Plan::SilentBeforeFirst(d) => {
+                        !wait_or_closed(&tx, tokio::time::sleep(d)).await && send_all(&events).await
+                    }
                     Plan::GateAfter(n, mut gate) => {
                         let n = split(n);
                         send_all(&events[..n]).await
@@ -606,13 +734,22 @@ fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<
         }
     };
     let mut r = Response::new(body.boxed_unsync());
-    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/event-stream"));
-    r.headers_mut().insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
     r
 }
 
 /// Waits for `fut`, or returns true early when the body's receiver is gone.
-async fn wait_or_closed(tx: &tokio::sync::mpsc::Sender<Bytes>, fut: impl std::future::Future<Output = ()>) -> bool {
+async fn wait_or_closed(
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+    fut: impl std::future::Future<Output = ()>,
+) -> bool {
     tokio::select! {
         () = fut => false,
         () = tx.closed() => true,
@@ -633,11 +770,19 @@ enum Source {
 
 impl FakeBody {
     fn ready(state: Arc<State>, chunks: Vec<Bytes>) -> FakeBody {
-        FakeBody { state, source: Source::Ready(chunks.into()), finished: false }
+        FakeBody {
+            state,
+            source: Source::Ready(chunks.into()),
+            finished: false,
+        }
     }
 
     fn channel(state: Arc<State>, rx: tokio::sync::mpsc::Receiver<Bytes>) -> FakeBody {
-        FakeBody { state, source: Source::Channel(rx), finished: false }
+        FakeBody {
+            state,
+            source: Source::Channel(rx),
+            finished: false,
+        }
     }
 }
 
@@ -645,7 +790,10 @@ impl hyper::body::Body for FakeBody {
     type Data = Bytes;
     type Error = std::io::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let next = match &mut self.source {
             Source::Ready(q) => Poll::Ready(q.pop_front()),
             Source::Channel(rx) => rx.poll_recv(cx),
@@ -692,7 +840,12 @@ pub fn default_models() -> Vec<Value> {
     hidden["model_picker_enabled"] = json!(false);
     let mut notools = claude("claude-notools-4.9", "Claude No Tools 4.9", false, false);
     notools["capabilities"]["supports"]["tool_calls"] = json!(false);
-    let mut legacy = claude("claude-3.5-sonnet-legacy", "Claude 3.5 Sonnet (legacy)", false, false);
+    let mut legacy = claude(
+        "claude-3.5-sonnet-legacy",
+        "Claude 3.5 Sonnet (legacy)",
+        false,
+        false,
+    );
     legacy["supported_endpoints"] = json!(["/chat/completions"]);
     vec![
         claude("claude-sonnet-4.5", "Claude Sonnet 4.5", false, false),
@@ -700,7 +853,12 @@ pub fn default_models() -> Vec<Value> {
         claude("claude-sonnet-5.5", "Claude Sonnet 5.5", false, true),
         claude("claude-haiku-5.5", "Claude Haiku 5.5", false, false),
         claude("claude-opus-4.6", "Claude Opus 4.6", false, true),
-        claude("claude-opus-4.6-1m", "Claude Opus 4.6 (1M context)", false, true),
+        claude(
+            "claude-opus-4.6-1m",
+            "Claude Opus 4.6 (1M context)",
+            false,
+            true,
+        ),
         claude("claude-sonnet-4", "Claude Sonnet 4", false, false),
         json!({"id": "gpt-5.4", "name": "GPT-5.4", "vendor": "OpenAI", "object": "model", "model_picker_enabled": true, "is_chat_default": false,
                "supported_endpoints": ["/responses"], "capabilities": {"type": "chat", "supports": {"tool_calls": true, "streaming": true}}}),

@@ -69,8 +69,16 @@ pub(crate) enum Plan {
 
 #[derive(Debug, Clone)]
 pub(crate) enum Kind {
-    Blocks { blocks: Vec<Block>, stop_reason: String, plan: Plan },
-    Error { status: u16, error_type: String, message: String },
+    Blocks {
+        blocks: Vec<Block>,
+        stop_reason: String,
+        plan: Plan,
+    },
+    Error {
+        status: u16,
+        error_type: String,
+        message: String,
+    },
     Json(Value),
 }
 
@@ -83,13 +91,20 @@ pub struct Reply {
 
 fn split_text(text: &str, piece: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    chars.chunks(piece.max(1)).map(|c| c.iter().collect()).collect()
+    chars
+        .chunks(piece.max(1))
+        .map(|c| c.iter().collect())
+        .collect()
 }
 
 impl Reply {
     fn blocks_with(blocks: Vec<Block>, stop_reason: &str, plan: Plan) -> Reply {
         Reply {
-            kind: Kind::Blocks { blocks, stop_reason: stop_reason.into(), plan },
+            kind: Kind::Blocks {
+                blocks,
+                stop_reason: stop_reason.into(),
+                plan,
+            },
             headers: Vec::new(),
         }
     }
@@ -107,26 +122,44 @@ impl Reply {
     /// A thinking block (with signature), then text.
     pub fn thinking(thinking: &str, signature: &str, then_text: &str) -> Reply {
         Self::blocks(vec![
-            Block::Thinking { thinking: thinking.into(), signature: signature.into() },
+            Block::Thinking {
+                thinking: thinking.into(),
+                signature: signature.into(),
+            },
             Block::Text(split_text(then_text, 4)),
         ])
     }
 
     /// A tool call, `stop_reason: tool_use`.
     pub fn tool_use(name: &str, input: Value) -> Reply {
-        Self::blocks_with(vec![Block::ToolUse { name: name.into(), input }], "tool_use", Plan::Normal)
+        Self::blocks_with(
+            vec![Block::ToolUse {
+                name: name.into(),
+                input,
+            }],
+            "tool_use",
+            Plan::Normal,
+        )
     }
 
     /// Several blocks; `tool_use` stop reason when any block is a tool call.
     pub fn blocks(blocks: Vec<Block>) -> Reply {
-        let stop = if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) { "tool_use" } else { "end_turn" };
+        let stop = if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) {
+            "tool_use"
+        } else {
+            "end_turn"
+        };
         Self::blocks_with(blocks, stop, Plan::Normal)
     }
 
     /// An HTTP error status with an Anthropic error envelope.
     pub fn error_before_stream(status: u16, error_type: &str, message: &str) -> Reply {
         Reply {
-            kind: Kind::Error { status, error_type: error_type.into(), message: message.into() },
+            kind: Kind::Error {
+                status,
+                error_type: error_type.into(),
+                message: message.into(),
+            },
             headers: Vec::new(),
         }
     }
@@ -151,19 +184,31 @@ impl Reply {
 
     /// `message_start`, then no bytes for `silence`, then the rest of a text reply.
     pub fn silent_then_text(silence: Duration, text: &str) -> Reply {
-        Self::blocks_with(vec![Block::Text(split_text(text, 4))], "end_turn", Plan::SilentAfterStart(silence))
+        Self::blocks_with(
+            vec![Block::Text(split_text(text, 4))],
+            "end_turn",
+            Plan::SilentAfterStart(silence),
+        )
     }
 
     /// Response headers, then no bytes for `silence`, then a whole text reply.
     pub fn silent_before_first_event(silence: Duration, text: &str) -> Reply {
-        Self::blocks_with(vec![Block::Text(split_text(text, 4))], "end_turn", Plan::SilentBeforeFirst(silence))
+        Self::blocks_with(
+            vec![Block::Text(split_text(text, 4))],
+            "end_turn",
+            Plan::SilentBeforeFirst(silence),
+        )
     }
 
     /// The first `gate_after_events` events of a text reply; the rest once the gate opens.
     pub fn gated(text: &str, gate_after_events: usize) -> (Reply, Gate) {
         let (tx, rx) = tokio::sync::watch::channel(false);
         (
-            Self::blocks_with(vec![Block::Text(split_text(text, 4))], "end_turn", Plan::GateAfter(gate_after_events, rx)),
+            Self::blocks_with(
+                vec![Block::Text(split_text(text, 4))],
+                "end_turn",
+                Plan::GateAfter(gate_after_events, rx),
+            ),
             Gate(tx),
         )
     }
@@ -175,7 +220,10 @@ impl Reply {
 
     /// A whole JSON body, status 200.
     pub fn json(value: Value) -> Reply {
-        Reply { kind: Kind::Json(value), headers: Vec::new() }
+        Reply {
+            kind: Kind::Json(value),
+            headers: Vec::new(),
+        }
     }
 
     /// Adds a response header.
@@ -190,7 +238,13 @@ pub(crate) fn event(name: &str, data: &Value) -> String {
 }
 
 /// Renders a reply's SSE events (complete `event:`/`data:` blocks).
-pub(crate) fn render_events(blocks: &[Block], stop_reason: &str, model: &str, id: u64, input_tokens: u64) -> Vec<String> {
+pub(crate) fn render_events(
+    blocks: &[Block],
+    stop_reason: &str,
+    model: &str,
+    id: u64,
+    input_tokens: u64,
+) -> Vec<String> {
     let mut ev = vec![
         event(
             "message_start",
@@ -210,7 +264,10 @@ pub(crate) fn render_events(blocks: &[Block], stop_reason: &str, model: &str, id
                     ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": d}})));
                 }
             }
-            Block::Thinking { thinking, signature } => {
+            Block::Thinking {
+                thinking,
+                signature,
+            } => {
                 ev.push(event("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}})));
                 for d in split_text(thinking, 5) {
                     output_tokens += 1;
@@ -229,7 +286,10 @@ pub(crate) fn render_events(blocks: &[Block], stop_reason: &str, model: &str, id
                 }
             }
         }
-        ev.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
+        ev.push(event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
     }
     ev.push(event(
         "message_delta",
@@ -241,7 +301,13 @@ pub(crate) fn render_events(blocks: &[Block], stop_reason: &str, model: &str, id
 }
 
 /// The non-streaming message for a reply.
-pub(crate) fn render_message(blocks: &[Block], stop_reason: &str, model: &str, id: u64, input_tokens: u64) -> Value {
+pub(crate) fn render_message(
+    blocks: &[Block],
+    stop_reason: &str,
+    model: &str,
+    id: u64,
+    input_tokens: u64,
+) -> Value {
     let content: Vec<Value> = blocks
         .iter()
         .enumerate()

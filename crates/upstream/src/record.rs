@@ -151,22 +151,39 @@ impl Stream for Tee {
                 Poll::Ready(Some(Ok(chunk)))
             }
             Poll::Ready(None) => {
-                if !this.finished {
-                    this.finished = true;
-                    if let Some(meta) = this.meta.take() {
-                        if this.overflow {
-                            tracing::warn!("response over 64 MiB not recorded");
-                        } else {
-                            record(meta, &this.buf);
-                        }
-                    }
-                }
+                this.finished = true;
+                this.flush();
                 Poll::Ready(None)
             }
-            // A failed or abandoned exchange is not recorded: replaying it would mislead.
             other => other,
         }
     }
+}
+
+impl Tee {
+    /// Records the exchange if it is complete: the body reached its end, or (for SSE, whose
+    /// reader stops at `message_stop` without waiting for the end) `message_stop` was seen.
+    /// A failed or abandoned exchange is not recorded: replaying it would mislead.
+    fn flush(&mut self) {
+        let Some(meta) = self.meta.take() else { return };
+        let complete = self.finished
+            || (meta.streamed && memchr_find(&self.buf, b"event: message_stop").is_some());
+        if self.overflow {
+            tracing::warn!("response over 64 MiB not recorded");
+        } else if complete {
+            record(meta, &self.buf);
+        }
+    }
+}
+
+impl Drop for Tee {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+fn memchr_find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn record(meta: Pending, bytes: &[u8]) {

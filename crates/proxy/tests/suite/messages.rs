@@ -118,7 +118,13 @@ async fn unknown_model_is_404_listing_the_claude_models_with_no_upstream_call() 
         assert!(msg.contains(listed), "{msg}");
     }
     let listed = msg.split_once("Available Claude models:").unwrap().1;
-    for hidden in ["gpt", "claude-hidden", "claude-notools", "legacy", "embedding"] {
+    for hidden in [
+        "gpt",
+        "claude-hidden",
+        "claude-notools",
+        "legacy",
+        "embedding",
+    ] {
         assert!(!listed.contains(hidden), "{msg}");
     }
     assert!(e.fake.message_requests().is_empty());
