@@ -80,7 +80,26 @@ fn main() -> anyhow::Result<()> {
         "| streams | added TTFB p50 | added TTFB p99 | events/s direct | events/s proxy | proxy ÷ direct | proxy CPU/event | proxy RSS peak |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for &(concurrency, per_task) in &[(1usize, 40usize), (64, 3), (512, 1)] {
+    let points: Vec<(usize, usize)> = match std::env::var("BENCH_POINTS") {
+        Ok(p) => p
+            .split(',')
+            .filter_map(|c| c.parse().ok())
+            .map(|c: usize| {
+                (
+                    c,
+                    if c == 1 {
+                        40
+                    } else if c <= 64 {
+                        3
+                    } else {
+                        1
+                    },
+                )
+            })
+            .collect(),
+        Err(_) => vec![(1, 100), (64, 3), (512, 1)],
+    };
+    for &(concurrency, per_task) in &points {
         let mut added_p50 = Vec::new();
         let mut added_p99 = Vec::new();
         let mut rate_direct = Vec::new();
@@ -150,6 +169,8 @@ fn spawn_proxy(bin: &str, fake_url: &str) -> anyhow::Result<ProxyProcess> {
         .env("CLAUDE_HOST_GITHUB_URL", fake_url)
         .env("CLAUDE_HOST_GITHUB_API_URL", fake_url)
         .env("CLAUDE_HOST_LOG", "warn")
+        // Allocator tuning under test (e.g. MALLOC_ARENA_MAX) reaches the proxy.
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

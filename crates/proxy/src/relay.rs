@@ -193,7 +193,7 @@ impl Relay {
                     return fail(&mut self, 502, env);
                 }
                 Ok(Some(Ok(chunk))) => {
-                    self.buf.extend_from_slice(&chunk);
+                    self.append(chunk);
                     self.process();
                     if self.events_out == 0
                         && let Some(env) = self.first_error.take()
@@ -210,6 +210,13 @@ impl Relay {
                 }
             }
         }
+    }
+
+    /// Adds upstream bytes. They are copied (a few hundred bytes per event) rather than sliced:
+    /// a slice handed downstream would pin the upstream connection's whole 16 KiB read buffer
+    /// until the client reads it, which multiplied memory per stream (docs/BENCHMARKS.md).
+    fn append(&mut self, chunk: Bytes) {
+        self.buf.extend_from_slice(&chunk);
     }
 
     pub(crate) fn into_body(self) -> StreamBody<RelayStream> {
@@ -327,7 +334,7 @@ impl Relay {
                     self.silent_for = Duration::ZERO;
                     let deadline = tokio::time::Instant::now() + self.ping_interval;
                     self.sleep.as_mut().reset(deadline);
-                    self.buf.extend_from_slice(&chunk);
+                    self.append(chunk);
                     self.process();
                 }
                 Poll::Ready(Some(Err(e))) => {

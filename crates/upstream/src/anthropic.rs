@@ -1,8 +1,9 @@
 //! The Anthropic API with the user's own key, as an upstream.
 
+use crate::stream_client::StreamClient;
 use crate::{
-    Catalog, CatalogModel, MessagesCall, Upstream, UpstreamError, UpstreamResponse, body_stream,
-    describe_reqwest, passthrough_headers, trim_base,
+    Catalog, CatalogModel, MessagesCall, Upstream, UpstreamError, UpstreamResponse,
+    describe_reqwest, header_map, trim_base,
 };
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -14,6 +15,7 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 #[derive(Clone)]
 pub struct AnthropicUpstream {
     http: reqwest::Client,
+    stream: StreamClient,
     base_url: String,
     api_key: String,
 }
@@ -30,6 +32,7 @@ impl AnthropicUpstream {
     /// An upstream at `base_url` using `api_key`.
     pub fn new(http: reqwest::Client, base_url: &str, api_key: String) -> Self {
         AnthropicUpstream {
+            stream: StreamClient::for_http(&http),
             http,
             base_url: trim_base(base_url),
             api_key,
@@ -108,30 +111,34 @@ impl Upstream for AnthropicUpstream {
     }
 
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {
-        let mut req = self
-            .http
-            .post(format!("{}/v1/messages", self.base_url))
-            .header("x-api-key", self.key_header())
-            .header("content-type", "application/json")
-            .header(
+        let mut headers = vec![
+            ("x-api-key", self.api_key.clone()),
+            ("content-type", "application/json".to_owned()),
+            (
                 "anthropic-version",
-                call.anthropic_version.as_deref().unwrap_or("2023-06-01"),
-            )
-            .body(call.body.clone());
+                call.anthropic_version
+                    .clone()
+                    .unwrap_or_else(|| "2023-06-01".to_owned()),
+            ),
+        ];
         if let Some(b) = &call.anthropic_beta {
-            req = req.header("anthropic-beta", b);
+            headers.push(("anthropic-beta", b.clone()));
         }
         if let Some(ua) = &call.client_user_agent {
-            req = req.header("user-agent", ua);
+            headers.push(("user-agent", ua.clone()));
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| UpstreamError::Transport(describe_reqwest(&e)))?;
+        let resp = self
+            .stream
+            .post(
+                &format!("{}/v1/messages", self.base_url),
+                header_map(&headers),
+                call.body.clone(),
+            )
+            .await?;
         Ok(UpstreamResponse {
-            status: resp.status().as_u16(),
-            headers: passthrough_headers(&resp),
-            body: body_stream(resp),
+            status: resp.status,
+            headers: resp.headers,
+            body: resp.body,
         })
     }
 }

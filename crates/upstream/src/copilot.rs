@@ -1,9 +1,10 @@
 //! The GitHub Copilot API as an upstream: token mint and cache, model catalog, `/v1/messages`.
 
 use crate::clock::{Clock, SystemClock};
+use crate::stream_client::{StreamClient, StreamReply};
 use crate::{
-    Catalog, CatalogModel, MessagesCall, Upstream, UpstreamError, UpstreamResponse, body_stream,
-    describe_reqwest, passthrough_headers, trim_base,
+    Catalog, CatalogModel, MessagesCall, Upstream, UpstreamError, UpstreamResponse,
+    describe_reqwest, header_map, trim_base,
 };
 use async_trait::async_trait;
 use claude_host_protocol::models::{CopilotModel, claude_models};
@@ -140,6 +141,7 @@ struct TokenState {
 
 struct Inner {
     http: reqwest::Client,
+    stream: StreamClient,
     github_token: String,
     endpoints: CopilotEndpoints,
     identity: ClientIdentity,
@@ -193,6 +195,7 @@ impl CopilotUpstream {
     ) -> Self {
         CopilotUpstream {
             inner: Arc::new(Inner {
+                stream: StreamClient::for_http(&http),
                 http,
                 github_token,
                 endpoints,
@@ -387,7 +390,7 @@ impl CopilotUpstream {
         &self,
         call: &MessagesCall,
         tok: &CopilotToken,
-    ) -> Result<reqwest::Response, UpstreamError> {
+    ) -> Result<StreamReply, UpstreamError> {
         let id = &self.inner.identity;
         let ua = call
             .client_user_agent
@@ -397,40 +400,40 @@ impl CopilotUpstream {
                 || format!("claude-host/{}", env!("CARGO_PKG_VERSION")),
                 |rest| format!("vscode_claude_code/{rest}"),
             );
-        let mut req = self
-            .inner
-            .http
-            .post(format!("{}/v1/messages", self.api_base(tok)))
-            .header("authorization", sensitive(&format!("Bearer {}", tok.token)))
-            .header("content-type", "application/json")
-            .header(
-                "accept",
-                if call.stream {
-                    "text/event-stream"
-                } else {
-                    "application/json"
-                },
-            )
-            .header("x-request-id", uuid::Uuid::new_v4().to_string())
-            .header("x-github-api-version", &id.capi_api_version)
-            .header("openai-intent", "messages-proxy")
-            .header("x-interaction-type", "messages-proxy")
-            .header("x-initiator", call.initiator.as_str())
-            .header("copilot-integration-id", &id.integration_id)
-            .header("editor-version", &id.editor_version)
-            .header("editor-plugin-version", &id.editor_plugin_version)
-            .header("vscode-sessionid", &call.session_id)
-            .header("user-agent", ua)
-            .body(call.body.clone());
+        let accept = if call.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        let mut headers = vec![
+            ("authorization", format!("Bearer {}", tok.token)),
+            ("content-type", "application/json".to_owned()),
+            ("accept", accept.to_owned()),
+            ("x-request-id", uuid::Uuid::new_v4().to_string()),
+            ("x-github-api-version", id.capi_api_version.clone()),
+            ("openai-intent", "messages-proxy".to_owned()),
+            ("x-interaction-type", "messages-proxy".to_owned()),
+            ("x-initiator", call.initiator.as_str().to_owned()),
+            ("copilot-integration-id", id.integration_id.clone()),
+            ("editor-version", id.editor_version.clone()),
+            ("editor-plugin-version", id.editor_plugin_version.clone()),
+            ("vscode-sessionid", call.session_id.clone()),
+            ("user-agent", ua),
+        ];
         if let Some(v) = &call.anthropic_version {
-            req = req.header("anthropic-version", v);
+            headers.push(("anthropic-version", v.clone()));
         }
         if let Some(b) = &call.anthropic_beta {
-            req = req.header("anthropic-beta", b);
+            headers.push(("anthropic-beta", b.clone()));
         }
-        req.send()
+        self.inner
+            .stream
+            .post(
+                &format!("{}/v1/messages", self.api_base(tok)),
+                header_map(&headers),
+                call.body.clone(),
+            )
             .await
-            .map_err(|e| UpstreamError::Transport(describe_reqwest(&e)))
     }
 }
 
@@ -463,7 +466,7 @@ impl Upstream for CopilotUpstream {
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {
         let tok = self.token().await?;
         let mut resp = self.send_messages(&call, &tok).await?;
-        if resp.status().as_u16() == 401 {
+        if resp.status == 401 {
             // The token was revoked or expired early: mint a new one and try exactly once more.
             tracing::info!(session = %call.session_id, "Copilot rejected the token; minting a new one and retrying once");
             self.invalidate(&tok.token);
@@ -471,9 +474,9 @@ impl Upstream for CopilotUpstream {
             resp = self.send_messages(&call, &tok).await?;
         }
         Ok(UpstreamResponse {
-            status: resp.status().as_u16(),
-            headers: passthrough_headers(&resp),
-            body: body_stream(resp),
+            status: resp.status,
+            headers: resp.headers,
+            body: resp.body,
         })
     }
 

@@ -12,11 +12,27 @@ pub mod credentials;
 pub mod device_flow;
 pub mod record;
 pub mod replay;
+pub mod stream_client;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use claude_host_protocol::messages::Initiator;
 use futures::stream::BoxStream;
+
+/// Builds a header map from name/value pairs; invalid values are skipped (they can only come
+/// from a client's own malformed headers), and secrets are marked sensitive.
+pub(crate) fn header_map(pairs: &[(&'static str, String)]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        if let Ok(mut v) = http::HeaderValue::from_str(value) {
+            if matches!(*name, "authorization" | "x-api-key") {
+                v.set_sensitive(true);
+            }
+            map.insert(*name, v);
+        }
+    }
+    map
+}
 
 /// One model an upstream offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,19 +198,8 @@ pub(crate) fn trim_base(url: &str) -> String {
     url.trim_end_matches('/').to_owned()
 }
 
-/// A response body as an upstream byte stream.
-pub(crate) fn body_stream(
-    resp: reqwest::Response,
-) -> BoxStream<'static, Result<Bytes, UpstreamError>> {
-    use futures::TryStreamExt;
-    Box::pin(
-        resp.bytes_stream()
-            .map_err(|e| UpstreamError::Transport(describe_reqwest(&e))),
-    )
-}
-
 /// Headers of an upstream reply worth passing to the client.
-pub(crate) fn passthrough_headers(resp: &reqwest::Response) -> Vec<(String, String)> {
+pub(crate) fn passthrough_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
     const KEEP: &[&str] = &[
         "content-type",
         "retry-after",
@@ -202,7 +207,7 @@ pub(crate) fn passthrough_headers(resp: &reqwest::Response) -> Vec<(String, Stri
         "x-request-id",
         "anthropic-ratelimit-requests-remaining",
     ];
-    resp.headers()
+    headers
         .iter()
         .filter(|(k, _)| KEEP.contains(&k.as_str()))
         .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
