@@ -429,6 +429,14 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         ("GET", "/user" | "/copilot_internal/user") => {
             json_resp(401, &json!({"message": "Bad credentials"}))
         }
+        ("GET", "/v1/models") if anthropic_key_ok(&captured) => json_resp(
+            200,
+            &json!({"data": [
+                {"id": "claude-opus-5-5-20261101", "type": "model", "display_name": "Claude Opus 5.5", "created_at": "2026-11-01T00:00:00Z"},
+                {"id": "claude-sonnet-4-5-20250929", "type": "model", "display_name": "Claude Sonnet 4.5", "created_at": "2025-09-29T00:00:00Z"}],
+                "has_more": false, "first_id": "claude-opus-5-5-20261101", "last_id": "claude-sonnet-4-5-20250929"}),
+        ),
+        ("GET", "/v1/models") => anthropic_error(401, "authentication_error", "invalid x-api-key"),
         ("GET", "/models") => {
             if !copilot_token_ok(&state, &auth) {
                 return anthropic_error(401, "authentication_error", "invalid Copilot token");
@@ -593,8 +601,17 @@ fn pick_reply(state: &State, r: &CapturedRequest) -> Reply {
     lock(&state.default_reply).clone()
 }
 
+/// The key the fake accepts when it plays the Anthropic API (`x-api-key`).
+pub const FAKE_ANTHROPIC_KEY: &str = "sk-ant-fake-key";
+
+fn anthropic_key_ok(r: &CapturedRequest) -> bool {
+    r.header("x-api-key") == Some(FAKE_ANTHROPIC_KEY)
+}
+
 fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Body> {
-    if !copilot_token_ok(state, auth) {
+    // Played as the Anthropic API: any model id, no Copilot header contract.
+    let as_anthropic = anthropic_key_ok(r);
+    if !as_anthropic && !copilot_token_ok(state, auth) {
         return anthropic_error(
             401,
             "authentication_error",
@@ -608,7 +625,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
     {
         return anthropic_error(401, "authentication_error", "token revoked");
     }
-    if state.config.require_copilot_headers {
+    if state.config.require_copilot_headers && !as_anthropic {
         check_headers(state, r);
     }
     let body = r.json();
@@ -619,7 +636,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
                 .as_array()
                 .is_some_and(|e| e.iter().any(|x| x == "/v1/messages"))
     });
-    if !served {
+    if !served && !as_anthropic {
         return anthropic_error(
             400,
             "invalid_request_error",

@@ -119,3 +119,70 @@ async fn no_cli_and_no_install_names_install_cli() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("claude-host install-cli"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_cli_is_installed_from_npm_then_reused() {
+    let h = Host::new().await;
+    let replay = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/hello.replay.jsonl"
+    );
+    let path = std::env::var("PATH").unwrap();
+    // PATH keeps npm and node but no `claude`.
+    let path: Vec<&str> = path
+        .split(':')
+        .filter(|d| !std::path::Path::new(d).join("claude").exists())
+        .collect();
+    let cmd = |args: &[&str]| {
+        let mut c = h.bare_cmd();
+        c.env_remove("CLAUDE_HOST_CLAUDE_PATH")
+            .env("PATH", path.join(":"))
+            .args(args);
+        // npm needs the machine's network settings, and its cache keeps this fast.
+        for (k, v) in std::env::vars() {
+            let k_lower = k.to_ascii_lowercase();
+            if k_lower.starts_with("npm_config_")
+                || k_lower.ends_with("_proxy")
+                || matches!(
+                    k.as_str(),
+                    "NODE_EXTRA_CA_CERTS" | "SSL_CERT_FILE" | "SSL_CERT_DIR"
+                )
+            {
+                c.env(k, v);
+            }
+        }
+        if let Some(home) = std::env::home_dir() {
+            c.env("npm_config_cache", home.join(".npm"));
+        }
+        c
+    };
+    let out = run(cmd(&[
+        "--upstream",
+        &format!("replay:{replay}"),
+        "claude",
+        "-p",
+        "say hello",
+    ]));
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("installing the pinned version 2.1.330"));
+    assert!(stdout(&out).contains("Hello from the claude-host replay upstream!"));
+    let bin = h
+        .home()
+        .join("cli/2.1.330/node_modules/@anthropic-ai/claude-code-linux-x64/claude");
+    assert!(bin.is_file());
+
+    let out = run(cmd(&["install-cli"]));
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), bin.display().to_string());
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("Installing"),
+        "reinstalled needlessly"
+    );
+
+    let out = run(cmd(&["--upstream", &format!("replay:{replay}"), "doctor"]));
+    assert!(
+        stdout(&out).contains("2.1.330") && stdout(&out).contains("pinned install"),
+        "{}",
+        stdout(&out)
+    );
+}

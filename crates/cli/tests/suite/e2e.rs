@@ -306,3 +306,23 @@ async fn record_a_session_then_replay_it_offline() {
     assert_eq!(stdout(&out).trim(), "recorded words");
     assert_eq!(h.fake.message_requests().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_upstream_with_the_users_key_never_shows_the_key_to_the_cli() {
+    use claude_host_testkit::fake::FAKE_ANTHROPIC_KEY;
+    let h = Host::new().await;
+    h.fake
+        .push(rule(Match::Always, Reply::text("via anthropic")));
+    let mut c = h.bare_cmd();
+    c.env("ANTHROPIC_API_KEY", FAKE_ANTHROPIC_KEY)
+        .env("CLAUDE_HOST_ANTHROPIC_BASE_URL", h.fake.url())
+        .args(["--upstream", "anthropic", "claude", "-p", "hi"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), "via anthropic");
+    let req = h.fake.message_requests().pop().unwrap();
+    // The dashed id the CLI sent reaches Anthropic as is; the key comes from the proxy only.
+    assert_eq!(req.json()["model"], "claude-opus-5-5");
+    assert_eq!(req.header("x-api-key"), Some(FAKE_ANTHROPIC_KEY));
+    assert_eq!(req.header("authorization"), None);
+}

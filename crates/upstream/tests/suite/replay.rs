@@ -132,3 +132,45 @@ async fn record_then_replay_reproduces_the_stream() {
     assert_eq!(msg["content"][0]["input"], json!({"command": "echo hi"}));
     assert_eq!(msg["stop_reason"], "tool_use");
 }
+
+#[tokio::test]
+async fn anthropic_upstream_passes_the_key_and_the_ids_through() {
+    use claude_host_testkit::fake::FAKE_ANTHROPIC_KEY;
+    use claude_host_upstream::anthropic::AnthropicUpstream;
+    let fake = FakeUpstream::start().await.unwrap();
+    fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("from anthropic"),
+        times: None,
+    });
+    let up = AnthropicUpstream::new(
+        http_client().unwrap(),
+        &format!("{}/", fake.url()),
+        FAKE_ANTHROPIC_KEY.into(),
+    );
+    let catalog = up.catalog().await.unwrap();
+    assert!(!catalog.strict, "Anthropic ids are forwarded as sent");
+    assert_eq!(catalog.models[0].sdk_id, "claude-opus-5-5-20261101");
+    let mut c = call("hello", true);
+    c.model = "claude-opus-5-5".into();
+    c.anthropic_beta = Some("claude-code-20250219,effort-2025-11-24".into());
+    let (status, body) = body_of(&up, c).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("event: message_stop"));
+    let req = fake.message_requests().pop().unwrap();
+    assert_eq!(req.header("x-api-key"), Some(FAKE_ANTHROPIC_KEY));
+    assert_eq!(req.header("authorization"), None);
+    assert_eq!(
+        req.header("anthropic-beta"),
+        Some("claude-code-20250219,effort-2025-11-24"),
+        "no filtering for Anthropic"
+    );
+    assert_eq!(req.header("anthropic-version"), Some("2023-06-01"));
+    // A wrong key is the upstream's 401, passed through.
+    let bad = AnthropicUpstream::new(http_client().unwrap(), &fake.url(), "sk-wrong".into());
+    assert_eq!(bad.messages(call("x", true)).await.unwrap().status, 401);
+    assert!(matches!(
+        bad.catalog().await,
+        Err(UpstreamError::CredentialRejected(_))
+    ));
+}
