@@ -23,5 +23,10 @@ if ! "${CLI_BIN}" --version 2>/dev/null | grep -q "^${CLI_VERSION}"; then
 fi
 export CLAUDE_HOST_TEST_CLI="${CLI_BIN}"
 
-cargo test --workspace --all-targets "$@"
-cargo test --workspace --doc
+LOG="$(mktemp)"
+trap 'rm -f "$LOG"' EXIT
+cargo test --workspace --doc 2>&1 | tee -a "$LOG"
+cargo test --workspace --all-targets "$@" 2>&1 | tee -a "$LOG"
+# One closing line over every test binary (cargo prints one result line per binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$LOG"

@@ -134,6 +134,8 @@ fn main() -> anyhow::Result<()> {
             peak as f64 / 1024.0
         );
     }
+    // Let connections close and the proxy notice it is idle.
+    std::thread::sleep(Duration::from_secs(4));
     let after = status_kb(pid, "VmRSS")?;
     println!();
     println!(

@@ -54,7 +54,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let log_to_file = matches!(cli.command, Command::Claude(_));
     let _log_guard = setup::init_logging(&cli.global, log_to_file);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: the proxy is I/O-bound (about 1 µs of CPU per streamed event), and keeping
+    // the upstream and downstream halves of a stream on one thread avoids a cross-thread
+    // wake-up per chunk — half the CPU per event of the multi-threaded runtime
+    // (docs/BENCHMARKS.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -68,6 +68,9 @@ pub enum ProxyError {
 
 pub(crate) struct State {
     pub(crate) config: ProxyConfig,
+    /// Messages requests in flight.
+    active: std::sync::atomic::AtomicUsize,
+    trim_scheduled: std::sync::atomic::AtomicBool,
     pub(crate) nonce: Nonce,
     pub(crate) allowed_hosts: Vec<String>,
     upstream: RwLock<Arc<dyn Upstream>>,
@@ -81,6 +84,55 @@ impl State {
             .clone()
     }
 }
+
+/// Counts a messages request as in flight for as long as it lives. When the last one ends,
+/// freed memory goes back to the OS: glibc keeps it otherwise, and the process would stay at
+/// its peak size after a burst of streams.
+pub(crate) struct ActiveRequest(Arc<State>);
+
+impl ActiveRequest {
+    pub(crate) fn new(state: &Arc<State>) -> Self {
+        state
+            .active
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ActiveRequest(state.clone())
+    }
+}
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.0.active.fetch_sub(1, SeqCst) != 1 || self.0.trim_scheduled.swap(true, SeqCst) {
+            return;
+        }
+        // Trim once the proxy has stayed idle for a moment (connections closing after a burst
+        // free more memory), not after every request of a busy sequence.
+        let state = self.0.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                state.trim_scheduled.store(false, SeqCst);
+                if state.active.load(SeqCst) == 0 {
+                    release_free_memory();
+                }
+            });
+        } else {
+            self.0.trim_scheduled.store(false, SeqCst);
+        }
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn release_free_memory() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}
 
 /// A running proxy. Dropping it does not stop the server; call [`ProxyHandle::shutdown`].
 pub struct ProxyHandle {
@@ -160,6 +212,8 @@ pub async fn start(
         config,
         nonce: Nonce::generate(),
         allowed_hosts,
+        active: std::sync::atomic::AtomicUsize::new(0),
+        trim_scheduled: std::sync::atomic::AtomicBool::new(false),
         upstream: RwLock::new(upstream),
     });
     let cancel = CancellationToken::new();

@@ -20,6 +20,7 @@ const PING: &[u8] = b"event: ping\ndata: {\"type\": \"ping\"}\n\n";
 
 /// One log line per request, written when the request ends however it ends.
 pub(crate) struct RequestLog {
+    _active: crate::ActiveRequest,
     session: String,
     model: String,
     upstream_model: String,
@@ -32,12 +33,14 @@ pub(crate) struct RequestLog {
 
 impl RequestLog {
     pub(crate) fn new(
+        active: crate::ActiveRequest,
         session: String,
         model: String,
         upstream_model: String,
         started: Instant,
     ) -> Self {
         RequestLog {
+            _active: active,
             session,
             model,
             upstream_model,

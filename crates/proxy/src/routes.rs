@@ -167,6 +167,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         other => other,
     };
     let mut log = RequestLog::new(
+        crate::ActiveRequest::new(&state),
         session.clone(),
         parsed.model.clone(),
         upstream_model.clone(),

@@ -81,6 +81,8 @@ impl StreamClient {
         let hyper = Client::builder(TokioExecutor::new())
             .http1_read_buf_exact_size(READ_BUF)
             .pool_idle_timeout(Duration::from_secs(60))
+            // Enough warm connections for many sessions; a burst's extra ones close at once.
+            .pool_max_idle_per_host(32)
             .build(https);
         Ok(StreamClient {
             hyper: Some(hyper),
