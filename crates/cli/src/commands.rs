@@ -130,7 +130,7 @@ pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<Exit
         http_client()?,
         granted.access_token.clone(),
         ctx.endpoints(),
-        Default::default(),
+        ctx.identity(),
         Default::default(),
     );
     match copilot.github_user().await {

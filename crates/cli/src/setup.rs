@@ -37,6 +37,22 @@ pub(crate) struct GlobalOpts {
     /// Copilot API URL (default: the one the Copilot token names).
     #[arg(long, global = true, env = "CLAUDE_HOST_COPILOT_API_URL")]
     pub copilot_api_url: Option<String>,
+    /// `Editor-Version` sent to Copilot (version strings change over time).
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_COPILOT_EDITOR_VERSION",
+        value_name = "VALUE"
+    )]
+    pub copilot_editor_version: Option<String>,
+    /// `X-GitHub-Api-Version` sent with Copilot model calls.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_COPILOT_API_VERSION",
+        value_name = "DATE"
+    )]
+    pub copilot_api_version: Option<String>,
     /// Where model calls go: `copilot`, `anthropic` (uses ANTHROPIC_API_KEY) or `replay:FILE`.
     #[arg(
         long,
@@ -93,6 +109,18 @@ impl Context {
         }
     }
 
+    /// How claude-host presents itself to Copilot: defaults, with any overrides.
+    pub fn identity(&self) -> ClientIdentity {
+        let mut id = ClientIdentity::default();
+        if let Some(v) = &self.opts.copilot_editor_version {
+            id.editor_version = v.clone();
+        }
+        if let Some(v) = &self.opts.copilot_api_version {
+            id.capi_api_version = v.clone();
+        }
+        id
+    }
+
     /// The GitHub token (environment first, then the credentials file).
     pub fn github_token(&self) -> anyhow::Result<Option<GithubToken>> {
         Ok(self.store.resolve(&|k| std::env::var(k).ok())?)
@@ -107,7 +135,7 @@ impl Context {
             http_client()?,
             token.token,
             self.endpoints(),
-            ClientIdentity::default(),
+            self.identity(),
             CopilotOptions::default(),
         ))
     }

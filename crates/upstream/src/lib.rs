@@ -214,10 +214,14 @@ pub(crate) fn passthrough_headers(headers: &http::HeaderMap) -> Vec<(String, Str
         .collect()
 }
 
-/// A reqwest error described with its cause chain but never its URL's credentials (there are
-/// none in our URLs) — reqwest's Display omits the underlying cause.
+/// A reqwest error described with its cause chain — reqwest's Display omits the underlying
+/// cause (connection refused, TLS failure…), which is the part a user needs.
 pub(crate) fn describe_reqwest(e: &reqwest::Error) -> String {
-    use std::error::Error;
+    describe_chain(e)
+}
+
+/// An error and every cause under it, joined with `: `.
+pub(crate) fn describe_chain(e: &dyn std::error::Error) -> String {
     let mut msg = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {

@@ -6,7 +6,7 @@
 //! read buffer (HTTP/2 is bounded by flow control anyway). When the environment configures an
 //! HTTP(S) proxy for the target, the call goes through reqwest, which implements proxies fully.
 
-use crate::{UpstreamError, describe_reqwest, passthrough_headers};
+use crate::{UpstreamError, describe_chain, describe_reqwest, passthrough_headers};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use futures::stream::BoxStream;
@@ -149,15 +149,4 @@ impl StreamClient {
             ),
         })
     }
-}
-
-fn describe_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg
 }

@@ -25,7 +25,8 @@ async fn a_text_turn_through_claude_host_claude() {
         Reply::text("Hi from the fake Copilot!"),
     ));
     let mut c = h.cmd();
-    c.args(["claude", "-p", "say hi"]);
+    c.env("CLAUDE_HOST_COPILOT_EDITOR_VERSION", "vscode/9.9.9")
+        .args(["claude", "-p", "say hi"]);
     let out = blocking(move || run(c)).await;
     assert!(out.status.success());
     assert_eq!(stdout(&out).trim(), "Hi from the fake Copilot!");
@@ -33,6 +34,7 @@ async fn a_text_turn_through_claude_host_claude() {
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].json()["model"], "claude-opus-5.5");
     assert_eq!(reqs[0].header("x-initiator"), Some("user"));
+    assert_eq!(reqs[0].header("editor-version"), Some("vscode/9.9.9"));
     assert_eq!(h.fake.header_violations(), Vec::<String>::new());
     let log = log_of(&h.home());
     assert!(
