@@ -1,9 +1,9 @@
 //! The subcommands.
 
-use crate::claude_cli;
 use crate::setup::Context;
 use anyhow::{Context as _, bail};
 use claude_host_proxy::{ProxyConfig, ProxyHandle};
+use claude_host_sdk::find as claude_cli;
 use claude_host_upstream::credentials::{StoredCredential, TokenSource};
 use claude_host_upstream::device_flow::{
     DEFAULT_CLIENT_ID, DEFAULT_SCOPE, DeviceFlow, PollProgress,

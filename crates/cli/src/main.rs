@@ -1,6 +1,5 @@
 //! `claude-host`: run Claude Code on a GitHub Copilot plan through a secure local proxy.
 
-mod claude_cli;
 mod commands;
 mod setup;
 

@@ -11,3 +11,5 @@ pub mod messages;
 pub mod model_id;
 pub mod models;
 pub mod sse;
+pub mod stream_json;
+pub mod transcript;

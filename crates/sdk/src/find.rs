@@ -1,17 +1,43 @@
 //! Finding and installing the pinned Claude Code CLI.
 
-use anyhow::{Context as _, bail};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 /// The Claude Code version claude-host is built and tested against.
-pub(crate) const PINNED_VERSION: &str = "2.1.330";
+pub const PINNED_VERSION: &str = "2.1.330";
+
+/// Why no usable CLI was found or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    /// Nothing found and installing was not allowed.
+    #[error(
+        "Claude Code CLI not found (looked at the explicit path, {pinned_dir}, and PATH); run `claude-host install-cli`"
+    )]
+    NotFound {
+        /// Where the pinned install would be.
+        pinned_dir: String,
+    },
+    /// The binary could not be run or did not report a version.
+    #[error("{path}: {message}")]
+    Broken {
+        /// The binary.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Installing with npm failed.
+    #[error("installing Claude Code {PINNED_VERSION}: {0}")]
+    Install(String),
+}
 
 /// How a CLI was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Origin {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// An explicit path (option, flag or `CLAUDE_HOST_CLAUDE_PATH`).
     Explicit,
+    /// The pinned install under the data directory.
     Pinned,
+    /// `claude` on `PATH`.
     Path,
 }
 
@@ -27,9 +53,12 @@ impl std::fmt::Display for Origin {
 
 /// A located CLI.
 #[derive(Debug, Clone)]
-pub(crate) struct FoundCli {
+pub struct FoundCli {
+    /// The executable.
     pub path: PathBuf,
+    /// What `--version` reported.
     pub version: String,
+    /// Where it was found.
     pub origin: Origin,
 }
 
@@ -43,50 +72,54 @@ fn platform_package() -> Option<&'static str> {
     }
 }
 
-/// Where `install-cli` puts the pinned version.
-pub(crate) fn install_dir(home: &Path) -> PathBuf {
+/// Where the pinned version is installed under a data directory.
+pub fn install_dir(home: &Path) -> PathBuf {
     home.join("cli").join(PINNED_VERSION)
 }
 
 /// The native binary inside a pinned install. The platform package's binary is used directly
 /// so an install whose postinstall did not run (`--ignore-scripts`) still works.
-pub(crate) fn pinned_binary(home: &Path) -> Option<PathBuf> {
+pub fn pinned_binary(home: &Path) -> Option<PathBuf> {
     let dir = install_dir(home).join("node_modules/@anthropic-ai");
     let native = dir.join(platform_package()?).join("claude");
     native.is_file().then_some(native)
 }
 
 /// `<path> --version`, first word (`2.1.330 (Claude Code)` → `2.1.330`).
-pub(crate) async fn version_of(path: &Path) -> anyhow::Result<String> {
+pub async fn version_of(path: &Path) -> Result<String, FindError> {
+    let broken = |message: String| FindError::Broken {
+        path: path.display().to_string(),
+        message,
+    };
     let out = tokio::process::Command::new(path)
         .arg("--version")
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()
         .await
-        .with_context(|| format!("cannot run {}", path.display()))?;
+        .map_err(|e| broken(format!("cannot run: {e}")))?;
     if !out.status.success() {
-        bail!(
-            "{} --version failed ({}): {}",
-            path.display(),
+        return Err(broken(format!(
+            "--version failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
-        );
+        )));
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
         .next()
         .map(str::to_owned)
-        .with_context(|| format!("{} --version printed nothing", path.display()))
+        .ok_or_else(|| broken("--version printed nothing".into()))
 }
 
 /// Finds the CLI: explicit path, then the pinned install, then `claude` on PATH. With
-/// `install`, installs the pinned version when none is found.
-pub(crate) async fn locate(
+/// `install`, installs the pinned version when none is found. A version other than the pin
+/// is used with a warning.
+pub async fn locate(
     explicit: Option<&Path>,
     home: &Path,
     install: bool,
-) -> anyhow::Result<FoundCli> {
+) -> Result<FoundCli, FindError> {
     let candidate = if let Some(p) = explicit {
         Some((p.to_owned(), Origin::Explicit))
     } else if let Some(p) = pinned_binary(home) {
@@ -100,19 +133,15 @@ pub(crate) async fn locate(
             eprintln!("Claude Code CLI not found; installing the pinned version {PINNED_VERSION}…");
             (install_pinned(home, false).await?, Origin::Pinned)
         }
-        None => bail!(
-            "Claude Code CLI not found (looked at --claude-path, {}, and PATH); run `claude-host install-cli`",
-            install_dir(home).display()
-        ),
+        None => {
+            return Err(FindError::NotFound {
+                pinned_dir: install_dir(home).display().to_string(),
+            });
+        }
     };
     let version = version_of(&path).await?;
     if version != PINNED_VERSION {
-        tracing::warn!(
-            path = %path.display(),
-            %version,
-            pinned = PINNED_VERSION,
-            "using a Claude Code version other than the pinned one"
-        );
+        tracing::warn!(path = %path.display(), %version, pinned = PINNED_VERSION, "using a Claude Code version other than the pinned one");
     }
     Ok(FoundCli {
         path,
@@ -128,9 +157,16 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
 /// Installs `@anthropic-ai/claude-code@<pinned>` with npm into the data directory, showing
 /// npm's progress on stderr, and returns the verified native binary.
-pub(crate) async fn install_pinned(home: &Path, force: bool) -> anyhow::Result<PathBuf> {
+pub async fn install_pinned(home: &Path, force: bool) -> Result<PathBuf, FindError> {
     if !force
         && let Some(p) = pinned_binary(home)
         && version_of(&p).await.is_ok_and(|v| v == PINNED_VERSION)
@@ -138,10 +174,11 @@ pub(crate) async fn install_pinned(home: &Path, force: bool) -> anyhow::Result<P
         return Ok(p);
     }
     let dir = install_dir(home);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let npm = which("npm").context(
-        "npm was not found on PATH; install Node.js (which ships npm) to let claude-host install Claude Code",
-    )?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| FindError::Install(format!("cannot create {}: {e}", dir.display())))?;
+    let npm = which("npm").ok_or_else(|| {
+        FindError::Install("npm was not found on PATH; install Node.js (which ships npm) to let claude-host install Claude Code".into())
+    })?;
     eprintln!(
         "Installing @anthropic-ai/claude-code@{PINNED_VERSION} into {} …",
         dir.display()
@@ -162,29 +199,24 @@ pub(crate) async fn install_pinned(home: &Path, force: bool) -> anyhow::Result<P
         .kill_on_drop(true)
         .status()
         .await
-        .context("cannot run npm")?;
+        .map_err(|e| FindError::Install(format!("cannot run npm: {e}")))?;
     if !status.success() {
-        bail!("npm install failed ({status})");
+        return Err(FindError::Install(format!("npm install failed ({status})")));
     }
-    let bin = pinned_binary(home).with_context(|| {
-        format!(
-            "npm finished but the native binary for this platform ({}-{}) is missing under {}",
+    let bin = pinned_binary(home).ok_or_else(|| {
+        FindError::Install(format!(
+            "npm finished but the native binary for {}-{} is missing under {}",
             std::env::consts::OS,
             std::env::consts::ARCH,
             dir.display()
-        )
+        ))
     })?;
     let version = version_of(&bin).await?;
     if version != PINNED_VERSION {
-        bail!("installed CLI reports version {version}, expected {PINNED_VERSION}");
+        return Err(FindError::Install(format!(
+            "installed CLI reports version {version}"
+        )));
     }
     eprintln!("Installed Claude Code {version} at {}", bin.display());
     Ok(bin)
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| is_executable(p))
 }

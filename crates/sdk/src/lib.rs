@@ -1,0 +1,16 @@
+//! The Claude Code CLI as a library.
+//!
+//! [`find`] locates (or installs) the pinned CLI; [`ClaudeSession`] spawns it with a clean
+//! environment in its own process group and drives it over stream-json and the control
+//! protocol in both directions: the host's requests (`initialize`, `interrupt`, `set_model`, …)
+//! and the CLI's callbacks (`can_use_tool`, `hook_callback`, cancellation).
+
+pub mod find;
+mod options;
+mod process;
+mod session;
+
+pub use options::SessionOptions;
+pub use session::{
+    Callbacks, ClaudeSession, ControlError, DenyAll, PermissionResult, SessionError,
+};
