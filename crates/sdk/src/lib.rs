@@ -9,6 +9,7 @@ pub mod find;
 mod options;
 mod process;
 mod session;
+pub mod transcripts;
 
 pub use options::SessionOptions;
 pub use session::{

@@ -1,5 +1,6 @@
 mod faults;
 mod real_cli;
+mod transcripts;
 
 use async_trait::async_trait;
 use claude_host_proxy::{ProxyConfig, ProxyHandle};

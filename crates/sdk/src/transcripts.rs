@@ -1,0 +1,414 @@
+//! Transcripts on disk: `$CLAUDE_CONFIG_DIR/projects/<slug>/<sessionId>.jsonl`.
+//!
+//! The format is the CLI's own and not a stable API, so everything here reads defensively: a
+//! bad line is skipped with a warning, unknown entries are kept, and listing reads no more of
+//! a file than it needs.
+
+use claude_host_protocol::transcript::project_slug;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Bytes read from the start (and end) of a transcript when listing.
+const PEEK: usize = 64 * 1024;
+
+/// Transcript errors.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    /// I/O on a transcript.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// No transcript with this id.
+    #[error("no transcript for session {0}")]
+    NotFound(String),
+    /// The fork point is not in the session.
+    #[error("message {0} is not in the session")]
+    NoSuchMessage(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TranscriptError + '_ {
+    move |source| TranscriptError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One listed session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    /// The session id (file stem).
+    pub session_id: String,
+    /// The transcript file.
+    pub path: PathBuf,
+    /// Custom title, else AI title, else the first prompt.
+    pub summary: String,
+    /// The first human prompt.
+    pub first_prompt: Option<String>,
+    /// The session's working directory.
+    pub cwd: Option<String>,
+    /// The git branch at the start.
+    pub git_branch: Option<String>,
+    /// Last modification time.
+    pub modified: SystemTime,
+    /// File size in bytes.
+    pub size: u64,
+    /// User and assistant entries.
+    pub message_count: usize,
+}
+
+/// The project directory of a working directory (resolved through symlinks when it exists).
+pub fn project_dir(config_dir: &Path, cwd: &Path) -> PathBuf {
+    let resolved = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_owned());
+    config_dir
+        .join("projects")
+        .join(project_slug(&resolved.display().to_string()))
+}
+
+/// Lists sessions, newest first: of one working directory, or of every project.
+pub fn list_sessions(
+    config_dir: &Path,
+    cwd: Option<&Path>,
+) -> Result<Vec<SessionSummary>, TranscriptError> {
+    let dirs: Vec<PathBuf> = match cwd {
+        Some(c) => vec![project_dir(config_dir, c)],
+        None => {
+            let root = config_dir.join("projects");
+            match std::fs::read_dir(&root) {
+                Ok(rd) => rd
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(io(&root)(e)),
+            }
+        }
+    };
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in rd.filter_map(Result::ok) {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+                continue;
+            }
+            match summarize(&path) {
+                Ok(s) => out.push(s),
+                Err(e) => tracing::warn!(error = %e, "skipping an unreadable transcript"),
+            }
+        }
+    }
+    out.sort_by_key(|s| std::cmp::Reverse(s.modified));
+    Ok(out)
+}
+
+fn summarize(path: &Path) -> Result<SessionSummary, TranscriptError> {
+    let mut file = std::fs::File::open(path).map_err(io(path))?;
+    let meta = file.metadata().map_err(io(path))?;
+    let size = meta.len();
+    let session_id = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("")
+        .to_owned();
+    // Counting needs the whole file, but only as bytes: no JSON parsing outside head and tail.
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.read_to_end(&mut bytes).map_err(io(path))?;
+    let message_count =
+        count(&bytes, b"\"type\":\"user\"") + count(&bytes, b"\"type\":\"assistant\"");
+    let head = &bytes[..bytes.len().min(PEEK)];
+    let tail = &bytes[bytes.len().saturating_sub(PEEK)..];
+    let mut first_prompt = None;
+    let mut cwd = None;
+    let mut git_branch = None;
+    for line in head.split(|b| *b == b'\n') {
+        if first_prompt.is_some() && cwd.is_some() {
+            break;
+        }
+        let Ok(Value::Object(e)) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        if cwd.is_none() {
+            cwd = e.get("cwd").and_then(Value::as_str).map(str::to_owned);
+            git_branch = e
+                .get("gitBranch")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        if first_prompt.is_none() {
+            first_prompt = human_prompt(&e);
+        }
+    }
+    let mut title = None;
+    for line in tail.split(|b| *b == b'\n').rev() {
+        let Ok(Value::Object(e)) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        match e.get("type").and_then(Value::as_str) {
+            Some("custom-title") => {
+                title = e
+                    .get("customTitle")
+                    .or_else(|| e.get("title"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                break;
+            }
+            Some("ai-title") if title.is_none() => {
+                title = e
+                    .get("aiTitle")
+                    .or_else(|| e.get("title"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+            }
+            _ => {}
+        }
+    }
+    let summary = title.or_else(|| first_prompt.clone()).unwrap_or_default();
+    Ok(SessionSummary {
+        session_id,
+        path: path.to_owned(),
+        summary,
+        first_prompt,
+        cwd,
+        git_branch,
+        modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        size,
+        message_count,
+    })
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    memchr::memmem::find_iter(hay, needle).count()
+}
+
+/// The text of a human prompt entry (not meta, not a tool result, not a command echo).
+fn human_prompt(e: &Map<String, Value>) -> Option<String> {
+    if e.get("type").and_then(Value::as_str) != Some("user")
+        || e.get("isMeta") == Some(&Value::Bool(true))
+    {
+        return None;
+    }
+    let content = e.get("message")?.get("content")?;
+    let text = match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .filter(|t| !t.starts_with("<system-reminder>"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    let text = text.trim();
+    (!text.is_empty() && !text.starts_with('<')).then(|| text.chars().take(200).collect())
+}
+
+/// Finds a session's transcript in any project.
+pub fn find_session(config_dir: &Path, session_id: &str) -> Result<PathBuf, TranscriptError> {
+    let root = config_dir.join("projects");
+    let rd = std::fs::read_dir(&root).map_err(|_| TranscriptError::NotFound(session_id.into()))?;
+    rd.filter_map(Result::ok)
+        .map(|d| d.path().join(format!("{session_id}.jsonl")))
+        .find(|p| p.is_file())
+        .ok_or_else(|| TranscriptError::NotFound(session_id.into()))
+}
+
+/// A transcript as entries.
+#[derive(Debug, Clone)]
+pub struct Transcript {
+    /// Every parseable line, in file order, unknown kinds included.
+    pub entries: Vec<Map<String, Value>>,
+    /// Lines that could not be parsed.
+    pub skipped: usize,
+}
+
+impl Transcript {
+    /// The conversation's main chain (user / assistant / system / attachment entries), from
+    /// the first message to the leaf, following `parentUuid` back from the leaf.
+    pub fn main_chain(&self) -> Vec<&Map<String, Value>> {
+        let by_uuid: HashMap<&str, &Map<String, Value>> = self
+            .entries
+            .iter()
+            .filter_map(|e| Some((e.get("uuid")?.as_str()?, e)))
+            .collect();
+        let leaf = self
+            .entries
+            .iter()
+            .rev()
+            .find_map(|e| {
+                (e.get("type").and_then(Value::as_str) == Some("last-prompt"))
+                    .then(|| e.get("leafUuid")?.as_str())
+                    .flatten()
+            })
+            .or_else(|| {
+                self.entries
+                    .iter()
+                    .rev()
+                    .filter(|e| e.get("isSidechain") != Some(&Value::Bool(true)))
+                    .find_map(|e| e.get("uuid")?.as_str())
+            });
+        let mut chain = Vec::new();
+        let mut cur = leaf.and_then(|l| by_uuid.get(l).copied());
+        while let Some(e) = cur {
+            chain.push(e);
+            if chain.len() > self.entries.len() {
+                break; // a cycle in a corrupt file
+            }
+            let parent = e
+                .get("parentUuid")
+                .and_then(Value::as_str)
+                .or_else(|| e.get("logicalParentUuid").and_then(Value::as_str));
+            cur = parent.and_then(|p| by_uuid.get(p).copied());
+        }
+        chain.reverse();
+        chain
+    }
+}
+
+/// Reads a session's transcript, skipping bad lines with a warning.
+pub fn read_session(config_dir: &Path, session_id: &str) -> Result<Transcript, TranscriptError> {
+    let path = find_session(config_dir, session_id)?;
+    read_file(&path)
+}
+
+/// Reads one transcript file.
+pub fn read_file(path: &Path) -> Result<Transcript, TranscriptError> {
+    let text = std::fs::read(path).map_err(io(path))?;
+    let mut entries = Vec::new();
+    let mut skipped = 0;
+    for (n, line) in text.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Value>(line) {
+            Ok(Value::Object(m)) => entries.push(m),
+            _ => {
+                skipped += 1;
+                tracing::warn!(path = %path.display(), line = n + 1, "skipping a bad transcript line");
+            }
+        }
+    }
+    Ok(Transcript { entries, skipped })
+}
+
+/// Copies a session into a new one that the CLI can `--resume`: every non-sidechain entry up
+/// to and including `up_to_message_uuid` (or all), with every uuid remapped and the new
+/// session id. Returns the new id.
+pub fn fork_session(
+    config_dir: &Path,
+    session_id: &str,
+    up_to_message_uuid: Option<&str>,
+) -> Result<String, TranscriptError> {
+    let path = find_session(config_dir, session_id)?;
+    let transcript = read_file(&path)?;
+    let keep: Vec<&Map<String, Value>> = match up_to_message_uuid {
+        None => transcript.entries.iter().collect(),
+        Some(stop) => {
+            let idx = transcript
+                .entries
+                .iter()
+                .position(|e| e.get("uuid").and_then(Value::as_str) == Some(stop))
+                .ok_or_else(|| TranscriptError::NoSuchMessage(stop.into()))?;
+            transcript.entries[..=idx].iter().collect()
+        }
+    };
+    let new_id = uuid::Uuid::new_v4().to_string();
+    let mut remap: HashMap<String, String> = HashMap::new();
+    let mut out = Vec::new();
+    let mut last_uuid = None;
+    for e in keep {
+        if e.get("isSidechain") == Some(&Value::Bool(true))
+            || e.get("type").and_then(Value::as_str) == Some("progress")
+        {
+            continue;
+        }
+        // Records about the old file's tail (leaf pointer, titles) are rebuilt below.
+        if matches!(
+            e.get("type").and_then(Value::as_str),
+            Some("last-prompt" | "custom-title" | "ai-title")
+        ) {
+            continue;
+        }
+        let mut e = e.clone();
+        if let Some(u) = e.get("uuid").and_then(Value::as_str).map(str::to_owned) {
+            let fresh = uuid::Uuid::new_v4().to_string();
+            remap.insert(u.clone(), fresh.clone());
+            e.insert("uuid".into(), Value::String(fresh.clone()));
+            if e.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| matches!(t, "user" | "assistant"))
+            {
+                last_uuid = Some(fresh);
+            }
+        }
+        for key in [
+            "parentUuid",
+            "logicalParentUuid",
+            "leafUuid",
+            "sourceToolAssistantUUID",
+        ] {
+            if let Some(old) = e.get(key).and_then(Value::as_str)
+                && let Some(new) = remap.get(old)
+            {
+                e.insert(key.into(), Value::String(new.clone()));
+            }
+        }
+        if e.contains_key("sessionId") {
+            e.insert("sessionId".into(), Value::String(new_id.clone()));
+        }
+        out.push(Value::Object(e));
+    }
+    if let Some(leaf) = last_uuid {
+        out.push(serde_json::json!({"type": "last-prompt", "leafUuid": leaf, "sessionId": new_id}));
+    }
+    out.push(serde_json::json!({"type": "forked-from", "forkedFrom": {"sessionId": session_id, "messageUuid": up_to_message_uuid}, "sessionId": new_id}));
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let target = dir.join(format!("{new_id}.jsonl"));
+    let mut text = String::new();
+    for v in out {
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&target, text).map_err(io(&target))?;
+    Ok(new_id)
+}
+
+/// Deletes a session's transcript and its per-session directory (subagents, tool results).
+pub fn delete_session(config_dir: &Path, session_id: &str) -> Result<(), TranscriptError> {
+    let path = find_session(config_dir, session_id)?;
+    std::fs::remove_file(&path).map_err(io(&path))?;
+    let dir = path.with_extension("");
+    if dir.is_dir() {
+        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+    }
+    Ok(())
+}
+
+/// Subagent transcripts of a session (`<session>/subagents/agent-*.jsonl`).
+pub fn subagent_transcripts(
+    config_dir: &Path,
+    session_id: &str,
+) -> Result<Vec<PathBuf>, TranscriptError> {
+    let path = find_session(config_dir, session_id)?;
+    let dir = path.with_extension("").join("subagents");
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<PathBuf> = rd
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("jsonl"))
+        .collect();
+    out.sort();
+    Ok(out)
+}

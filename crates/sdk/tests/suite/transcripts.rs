@@ -1,0 +1,116 @@
+use super::*;
+use claude_host_protocol::stream_json::FrameKind;
+use claude_host_sdk::transcripts::{
+    delete_session, fork_session, list_sessions, read_file, read_session,
+};
+use claude_host_testkit::fake::{Match, Reply, Rule};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+fn rule(trigger: &str, reply: Reply) -> Rule {
+    Rule {
+        when: Match::LastUserContains(trigger.into()),
+        reply,
+        times: None,
+    }
+}
+
+async fn turn(s: &mut ClaudeSession, prompt: &str) -> claude_host_protocol::stream_json::Frame {
+    s.send_user(json!(prompt), None, None).await.unwrap();
+    let frames = s.collect_turn().await.unwrap();
+    let last = frames.last().unwrap().clone();
+    assert_eq!(last.kind, FrameKind::Result);
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_read_fork_resume_delete() {
+    let e = env().await;
+    e.fake.push(rule("alpha", Reply::text("A")));
+    e.fake.push(rule("beta", Reply::text("B")));
+    e.fake.push(Rule {
+        when: Match::LastUserContains("what came".into()),
+        reply: Reply::text("recalled"),
+        times: Some(1),
+    });
+    let config = e.dir.path().join(".claude");
+    let mut s = spawn(e.opts(), Recorder::with(vec![]));
+    let r = turn(&mut s, "first prompt alpha").await;
+    turn(&mut s, "second prompt beta").await;
+    let id = r.session_id().unwrap().to_owned();
+    s.close().await;
+
+    let listed = list_sessions(&config, Some(&e.cwd())).unwrap();
+    assert_eq!(listed.len(), 1);
+    let info = &listed[0];
+    assert_eq!(info.session_id, id);
+    assert_eq!(info.summary, "first prompt alpha");
+    assert_eq!(
+        info.cwd.as_deref(),
+        Some(std::fs::canonicalize(e.cwd()).unwrap().to_str().unwrap())
+    );
+    assert!(info.message_count >= 4, "{info:?}");
+    assert_eq!(list_sessions(&config, None).unwrap().len(), 1);
+
+    let t = read_session(&config, &id).unwrap();
+    assert_eq!(t.skipped, 0);
+    let chain = t.main_chain();
+    let user_texts: Vec<String> = chain
+        .iter()
+        .filter(|e| e["type"] == "user")
+        .filter_map(|e| e["message"]["content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(user_texts, ["first prompt alpha", "second prompt beta"]);
+    // Fork right after the first answer, then resume the fork: it knows alpha, not beta.
+    let first_answer = chain
+        .iter()
+        .find(|e| e["type"] == "assistant")
+        .and_then(|e| e["uuid"].as_str())
+        .unwrap()
+        .to_owned();
+    let fork = fork_session(&config, &id, Some(&first_answer)).unwrap();
+    assert_ne!(fork, id);
+    let mut opts = e.opts();
+    opts.resume = Some(fork.clone());
+    let mut s = spawn(opts, Recorder::with(vec![]));
+    let r = turn(&mut s, "what came before?").await;
+    assert_eq!(r.result_text(), Some("recalled"));
+    s.close().await;
+    let sent = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(sent.contains("first prompt alpha"), "fork lost its prefix");
+    assert!(
+        !sent.contains("second prompt beta"),
+        "fork kept messages after the fork point"
+    );
+
+    assert_eq!(list_sessions(&config, Some(&e.cwd())).unwrap().len(), 2);
+    delete_session(&config, &fork).unwrap();
+    assert!(read_session(&config, &fork).is_err());
+    assert_eq!(list_sessions(&config, Some(&e.cwd())).unwrap().len(), 1);
+}
+
+#[test]
+fn bad_lines_are_skipped_and_unknown_entries_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.jsonl");
+    std::fs::write(
+        &p,
+        concat!(
+            r#"{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"hi"}}"#, "\n",
+            "{not json\n",
+            r#"{"type":"brand-new-record","x":1}"#, "\n",
+            r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"role":"assistant","content":[{"type":"text","text":"yo"}]}}"#, "\n",
+        ),
+    )
+    .unwrap();
+    let t = read_file(&p).unwrap();
+    assert_eq!(t.skipped, 1);
+    assert_eq!(t.entries.len(), 3);
+    assert_eq!(t.entries[1]["type"], "brand-new-record");
+    let chain: Vec<&str> = t
+        .main_chain()
+        .iter()
+        .map(|e| e["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(chain, ["u1", "a1"]);
+}
