@@ -150,6 +150,10 @@ fn summarize(path: &Path) -> Result<SessionSummary, TranscriptError> {
     }
     let mut title = None;
     for line in tail.split(|b| *b == b'\n').rev() {
+        // Only title records are parsed; everything else is skipped as bytes.
+        if memchr::memmem::find(line, b"-title\"").is_none() {
+            continue;
+        }
         let Ok(Value::Object(e)) = serde_json::from_slice::<Value>(line) else {
             continue;
         };

@@ -114,3 +114,37 @@ fn bad_lines_are_skipped_and_unknown_entries_kept() {
         .collect();
     assert_eq!(chain, ["u1", "a1"]);
 }
+
+#[test]
+fn titles_from_the_tail_win_over_the_first_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("projects/-p");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::write(
+        proj.join("11111111-1111-4111-8111-111111111111.jsonl"),
+        concat!(
+            r#"{"type":"user","uuid":"u1","cwd":"/p","gitBranch":"main","message":{"role":"user","content":[{"type":"text","text":"<system-reminder>r</system-reminder>"},{"type":"text","text":"fix the bug"}]}}"#, "\n",
+            r#"{"type":"ai-title","aiTitle":"Bug fixing","sessionId":"x"}"#, "\n",
+            r#"{"type":"custom-title","customTitle":"My session","sessionId":"x"}"#, "\n",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        proj.join("22222222-2222-4222-8222-222222222222.jsonl"),
+        r#"{"type":"user","uuid":"u1","message":{"role":"user","content":"plain prompt"}}"#,
+    )
+    .unwrap();
+    let listed = list_sessions(dir.path(), None).unwrap();
+    let by_id = |id: &str| {
+        listed
+            .iter()
+            .find(|s| s.session_id.starts_with(id))
+            .unwrap()
+    };
+    let a = by_id("1111");
+    assert_eq!(a.summary, "My session");
+    assert_eq!(a.first_prompt.as_deref(), Some("fix the bug"));
+    assert_eq!(a.git_branch.as_deref(), Some("main"));
+    assert_eq!(a.message_count, 1);
+    assert_eq!(by_id("2222").summary, "plain prompt");
+}
