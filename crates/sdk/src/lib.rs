@@ -6,11 +6,13 @@
 //! and the CLI's callbacks (`can_use_tool`, `hook_callback`, cancellation).
 
 pub mod find;
+pub mod mcp;
 mod options;
 mod process;
 mod session;
 pub mod transcripts;
 
+pub use mcp::SdkMcpServer;
 pub use options::SessionOptions;
 pub use session::{
     Callbacks, ClaudeSession, ControlError, DenyAll, PermissionResult, SessionError,

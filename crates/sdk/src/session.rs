@@ -1,6 +1,7 @@
 //! A running CLI session: stream-json in and out, control requests both ways.
 
 use crate::SessionOptions;
+use crate::mcp::{Bridge, Routed, SdkMcpServer};
 use crate::process::{ChildGuard, kill_group, spawn};
 use async_trait::async_trait;
 use claude_host_protocol::stream_json::{
@@ -167,6 +168,7 @@ type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, String>>>
 
 struct Shared {
     stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    mcp: HashMap<String, Arc<Bridge>>,
     pending: Pending,
     callbacks_inflight: Mutex<HashMap<String, CancellationToken>>,
     ended: Mutex<Option<SessionError>>,
@@ -219,6 +221,16 @@ impl ClaudeSession {
         opts: SessionOptions,
         callbacks: Arc<dyn Callbacks>,
     ) -> Result<ClaudeSession, SessionError> {
+        Self::spawn_with_mcp(opts, callbacks, Vec::new())
+    }
+
+    /// As [`ClaudeSession::spawn`], serving in-process MCP servers to the CLI. Their names are
+    /// announced in `initialize` (call it before the first message).
+    pub fn spawn_with_mcp(
+        opts: SessionOptions,
+        callbacks: Arc<dyn Callbacks>,
+        servers: Vec<SdkMcpServer>,
+    ) -> Result<ClaudeSession, SessionError> {
         let mut guard = spawn(&opts).map_err(|e| SessionError::Spawn {
             cli: opts.cli.display().to_string(),
             message: e.to_string(),
@@ -233,14 +245,28 @@ impl ClaudeSession {
                 message: "no stdout pipe".into(),
             })?;
         let pgid = guard.pgid();
+        let mut receivers = Vec::new();
+        let mut mcp = HashMap::new();
+        for server in servers {
+            let bridge = Arc::new(Bridge {
+                to_server: server.to_server,
+                parked: Mutex::new(HashMap::new()),
+            });
+            mcp.insert(server.name.clone(), bridge.clone());
+            receivers.push((server.name, bridge, server.from_server));
+        }
         let shared = Arc::new(Shared {
             stdin: tokio::sync::Mutex::new(stdin),
+            mcp,
             pending: Arc::new(Mutex::new(HashMap::new())),
             callbacks_inflight: Mutex::new(HashMap::new()),
             ended: Mutex::new(None),
             shutdown: CancellationToken::new(),
             next_id: AtomicU64::new(1),
         });
+        for (name, bridge, rx) in receivers {
+            tokio::spawn(pump_server(name, bridge, rx, shared.clone()));
+        }
         let child = Arc::new(tokio::sync::Mutex::new(guard));
         let (tx, rx) = mpsc::channel(1024);
         let reader = LineReader::new(stdout, opts.max_line_bytes);
@@ -377,6 +403,11 @@ impl ClaudeSession {
             _ => Map::new(),
         };
         fields.insert("hooks".into(), hooks.unwrap_or(Value::Null));
+        if !self.shared.mcp.is_empty() && !fields.contains_key("sdkMcpServers") {
+            let mut names: Vec<&String> = self.shared.mcp.keys().collect();
+            names.sort();
+            fields.insert("sdkMcpServers".into(), json!(names));
+        }
         self.request("initialize", Value::Object(fields)).await
     }
 
@@ -664,6 +695,10 @@ fn serve_callback(shared: &Arc<Shared>, callbacks: &Arc<dyn Callbacks>, frame: &
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
+    if subtype == "mcp_message" {
+        serve_mcp(shared, &id, &request);
+        return;
+    }
     let cancel = shared.shutdown.child_token();
     lock(&shared.callbacks_inflight).insert(id.clone(), cancel.clone());
     let shared = shared.clone();
@@ -675,7 +710,10 @@ fn serve_callback(shared: &Arc<Shared>, callbacks: &Arc<dyn Callbacks>, frame: &
             "can_use_tool" => {
                 let tool_use_id = request.get("tool_use_id").cloned();
                 let fut = callbacks.can_use_tool(request, cancel.clone());
+                // Biased: a callback that reacts to the cancellation gets to finish; only one
+                // that ignores it is dropped.
                 tokio::select! {
+                    biased;
                     r = fut => Ok(permission_json(r, tool_use_id)),
                     () = cancel.cancelled() => Err(None),
                 }
@@ -688,6 +726,7 @@ fn serve_callback(shared: &Arc<Shared>, callbacks: &Arc<dyn Callbacks>, frame: &
                     .to_owned();
                 let input = request.get("input").cloned().unwrap_or(Value::Null);
                 tokio::select! {
+                    biased;
                     r = callbacks.hook_callback(cb, input, cancel.clone()) => Ok(r),
                     () = cancel.cancelled() => Err(None),
                 }
@@ -730,4 +769,66 @@ fn permission_json(r: PermissionResult, tool_use_id: Option<Value>) -> Value {
         v["toolUseID"] = id;
     }
     v
+}
+
+/// Routes one `mcp_message` from the CLI to its in-process server, inline: the CLI runs the
+/// MCP handshake before it answers `initialize`, so this must never wait on anything.
+fn serve_mcp(shared: &Arc<Shared>, id: &str, request: &Map<String, Value>) {
+    let server = request
+        .get("server_name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let message = request.get("message").cloned().unwrap_or(Value::Null);
+    let immediate = match shared.mcp.get(server) {
+        None => Some(control_error(
+            id,
+            &format!("no in-process MCP server named {server:?}"),
+        )),
+        Some(bridge) => match bridge.route(id, message) {
+            Ok(Routed::Parked) => None,
+            Ok(Routed::AckNow) => Some(control_success(
+                id,
+                json!({"mcp_response": {"jsonrpc": "2.0", "result": {}, "id": 0}}),
+            )),
+            Err(e) => Some(control_error(id, &e)),
+        },
+    };
+    if let Some(reply) = immediate {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _ = shared.write(&reply).await;
+        });
+    }
+}
+
+/// Forwards what a server says: responses answer the parked control request; anything else
+/// (notifications, server → client requests) goes to the CLI as a new `mcp_message`.
+async fn pump_server(
+    name: String,
+    bridge: Arc<Bridge>,
+    mut rx: futures::channel::mpsc::UnboundedReceiver<
+        rmcp::service::TxJsonRpcMessage<rmcp::RoleServer>,
+    >,
+    shared: Arc<Shared>,
+) {
+    use futures::StreamExt;
+    while let Some(msg) = rx.next().await {
+        let Ok(value) = serde_json::to_value(&msg) else {
+            continue;
+        };
+        let frame = match bridge.take_parked(&value) {
+            Some(control_id) => control_success(&control_id, json!({"mcp_response": value})),
+            None => {
+                let id = format!("mcp_{}", uuid::Uuid::new_v4().simple());
+                control_request(
+                    &id,
+                    "mcp_message",
+                    json!({"server_name": name, "message": value}),
+                )
+            }
+        };
+        if shared.write(&frame).await.is_err() {
+            break;
+        }
+    }
 }

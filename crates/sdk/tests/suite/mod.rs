@@ -21,6 +21,29 @@ pub(crate) struct Env {
     pub fake: FakeUpstream,
     pub proxy: ProxyHandle,
     pub dir: tempfile::TempDir,
+    /// Process groups of every CLI this test started; all must be gone when it ends.
+    pub groups: Mutex<Vec<i32>>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        for pgid in self.groups.lock().unwrap().iter() {
+            // Signal 0 only checks existence. Sessions are dropped (groups killed) by now;
+            // the kernel and tokio's reaper may need a moment.
+            #[allow(unsafe_code)]
+            while unsafe { libc::kill(-pgid, 0) } == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "process group {pgid} outlived its test"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
 }
 
 pub(crate) async fn env() -> Env {
@@ -41,10 +64,30 @@ pub(crate) async fn env() -> Env {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
-    Env { fake, proxy, dir }
+    Env {
+        fake,
+        proxy,
+        dir,
+        groups: Mutex::new(Vec::new()),
+    }
 }
 
 impl Env {
+    pub fn spawn(&self, opts: SessionOptions, cb: Arc<Recorder>) -> ClaudeSession {
+        self.spawn_mcp(opts, cb, Vec::new())
+    }
+
+    pub fn spawn_mcp(
+        &self,
+        opts: SessionOptions,
+        cb: Arc<Recorder>,
+        servers: Vec<claude_host_sdk::SdkMcpServer>,
+    ) -> ClaudeSession {
+        let s = ClaudeSession::spawn_with_mcp(opts, cb, servers).unwrap();
+        self.groups.lock().unwrap().push(s.pgid().unwrap());
+        s
+    }
+
     pub fn cwd(&self) -> PathBuf {
         self.dir.path().join("work")
     }
@@ -142,10 +185,6 @@ impl Callbacks for Recorder {
         self.hooks.lock().unwrap().push((callback_id, input));
         serde_json::json!({"continue": true})
     }
-}
-
-pub(crate) fn spawn(opts: SessionOptions, cb: Arc<Recorder>) -> ClaudeSession {
-    ClaudeSession::spawn(opts, cb).unwrap()
 }
 
 /// True once no process of the group is left.

@@ -25,7 +25,7 @@ async fn two_turns_in_one_process_and_no_process_left_behind() {
     let e = env().await;
     e.fake.push(rule("first", Reply::text("one")));
     e.fake.push(rule("second", Reply::text("two")));
-    let s = spawn(e.opts(), Recorder::with(vec![]));
+    let s = e.spawn(e.opts(), Recorder::with(vec![]));
     let mut s = s;
     let init = s.initialize(None, json!({})).await.unwrap();
     assert_eq!(init["claude_code_version"], "2.1.330");
@@ -85,7 +85,7 @@ async fn can_use_tool_allow_writes_and_deny_reaches_the_model() {
     ));
     e.fake.push(rule("not today", Reply::text("understood")));
     let cb = Recorder::with(vec![Decision::Allow, Decision::Deny("not today")]);
-    let mut s = spawn(e.opts(), cb.clone());
+    let mut s = e.spawn(e.opts(), cb.clone());
     s.send_user(json!("write files please"), None, None)
         .await
         .unwrap();
@@ -120,7 +120,7 @@ async fn hook_callbacks_are_invoked() {
     ));
     e.fake.push(rule("File created", Reply::text("done")));
     let cb = Recorder::with(vec![Decision::Allow]);
-    let mut s = spawn(e.opts(), cb.clone());
+    let mut s = e.spawn(e.opts(), cb.clone());
     let hooks =
         json!({"PreToolUse": [{"matcher": "Write", "hookCallbackIds": ["hook_0"], "timeout": 30}]});
     s.initialize(Some(hooks), json!({})).await.unwrap();
@@ -141,7 +141,7 @@ async fn interrupt_mid_stream_cancels_the_upstream_request() {
     e.fake.push(rule("again", Reply::text("back")));
     let mut opts = e.opts();
     opts.include_partial_messages = true;
-    let mut s = spawn(opts, Recorder::with(vec![]));
+    let mut s = e.spawn(opts, Recorder::with(vec![]));
     s.send_user(json!("long answer please"), None, None)
         .await
         .unwrap();
@@ -182,7 +182,7 @@ async fn an_interrupt_withdraws_a_pending_permission_request() {
         ),
     ));
     let cb = Recorder::with(vec![Decision::Park]);
-    let mut s = spawn(e.opts(), cb.clone());
+    let mut s = e.spawn(e.opts(), cb.clone());
     s.send_user(json!("park this"), None, None).await.unwrap();
     let asked = cb.event.notified();
     if cb.permission_requests.lock().unwrap().is_empty() {
@@ -220,7 +220,7 @@ async fn set_model_and_set_permission_mode_take_effect() {
     ));
     e.fake.push(rule("File created", Reply::text("written")));
     let cb = Recorder::with(vec![]);
-    let mut s = spawn(e.opts(), cb.clone());
+    let mut s = e.spawn(e.opts(), cb.clone());
     let r = s.set_model(Some("claude-sonnet-4-5")).await.unwrap();
     assert_eq!(r["model"], "claude-sonnet-4-5");
     let validation = e
@@ -253,7 +253,7 @@ async fn a_closed_session_resumes_with_its_history() {
     let e = env().await;
     e.fake.push(rule("kiwi", Reply::text("noted")));
     e.fake.push(rule("which fruit", Reply::text("kiwi")));
-    let mut s = spawn(e.opts(), Recorder::with(vec![]));
+    let mut s = e.spawn(e.opts(), Recorder::with(vec![]));
     s.send_user(json!("remember kiwi"), None, None)
         .await
         .unwrap();
@@ -262,7 +262,7 @@ async fn a_closed_session_resumes_with_its_history() {
     s.close().await;
     let mut opts = e.opts();
     opts.resume = Some(session_id.clone());
-    let mut s = spawn(opts, Recorder::with(vec![]));
+    let mut s = e.spawn(opts, Recorder::with(vec![]));
     s.send_user(json!("which fruit?"), None, None)
         .await
         .unwrap();
@@ -287,5 +287,68 @@ async fn a_closed_session_resumes_with_its_history() {
         transcript.is_file(),
         "transcript at the slug path: {}",
         transcript.display()
+    );
+}
+
+mod inproc {
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::{schemars, tool, tool_router};
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize, schemars::JsonSchema)]
+    pub struct EchoArgs {
+        /// What to echo.
+        pub text: String,
+    }
+
+    #[derive(Debug, Clone, Default)]
+    pub struct Echo;
+
+    #[tool_router(server_handler)]
+    impl Echo {
+        #[tool(name = "echo", description = "Echoes the text back")]
+        fn echo(&self, Parameters(EchoArgs { text }): Parameters<EchoArgs>) -> String {
+            format!("echo: {text}")
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_mcp_tool_is_called_and_its_result_reaches_the_model() {
+    let e = env().await;
+    e.fake.push(rule(
+        "use the tool",
+        Reply::tool_use("mcp__inproc__echo", json!({"text": "ping"})),
+    ));
+    e.fake
+        .push(rule("echo: ping", Reply::text("the tool said ping")));
+    let cb = Recorder::with(vec![Decision::Allow]);
+    let server = claude_host_sdk::SdkMcpServer::new("inproc", inproc::Echo);
+    let mut s = e.spawn_mcp(e.opts(), cb.clone(), vec![server]);
+    let init = s.initialize(None, json!({})).await.unwrap();
+    assert!(init.is_object());
+    s.send_user(json!("use the tool"), None, None)
+        .await
+        .unwrap();
+    let frames = s.collect_turn().await.unwrap();
+    let sys_init = frames
+        .iter()
+        .find(|f| f.kind == FrameKind::System("init".into()))
+        .unwrap();
+    let tools = sys_init.get("tools").unwrap().to_string();
+    assert!(tools.contains("mcp__inproc__echo"), "{tools}");
+    assert_eq!(result_of(&frames).result_text(), Some("the tool said ping"));
+    let reqs = e.fake.message_requests();
+    // The tool may be deferred (named in the system message rather than in `tools`).
+    assert!(reqs[0].json().to_string().contains("mcp__inproc__echo"));
+    let last = reqs.last().unwrap().json().to_string();
+    assert!(
+        last.contains("echo: ping"),
+        "the MCP result reached the next upstream request"
+    );
+    let status = s.mcp_status().await.unwrap().to_string();
+    assert!(
+        status.contains("inproc") && status.contains("connected"),
+        "{status}"
     );
 }

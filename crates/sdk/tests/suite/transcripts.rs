@@ -34,7 +34,7 @@ async fn list_read_fork_resume_delete() {
         times: Some(1),
     });
     let config = e.dir.path().join(".claude");
-    let mut s = spawn(e.opts(), Recorder::with(vec![]));
+    let mut s = e.spawn(e.opts(), Recorder::with(vec![]));
     let r = turn(&mut s, "first prompt alpha").await;
     turn(&mut s, "second prompt beta").await;
     let id = r.session_id().unwrap().to_owned();
@@ -72,7 +72,7 @@ async fn list_read_fork_resume_delete() {
     assert_ne!(fork, id);
     let mut opts = e.opts();
     opts.resume = Some(fork.clone());
-    let mut s = spawn(opts, Recorder::with(vec![]));
+    let mut s = e.spawn(opts, Recorder::with(vec![]));
     let r = turn(&mut s, "what came before?").await;
     assert_eq!(r.result_text(), Some("recalled"));
     s.close().await;
