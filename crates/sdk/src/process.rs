@@ -17,12 +17,22 @@ pub(crate) struct ChildGuard {
     pub child: tokio::process::Child,
     pgid: Option<i32>,
     pub stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ChildGuard {
     pub(crate) fn kill_group(&self) {
         if let Some(pgid) = self.pgid {
             kill_group(pgid, libc::SIGKILL);
+        }
+    }
+
+    /// Waits (briefly) until stderr has been read to its end, so the tail holds the last
+    /// words of a process that just exited. Tools that inherited stderr may keep it open, hence
+    /// the bound.
+    pub(crate) async fn drain_stderr(&mut self) {
+        if let Some(task) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), task).await;
         }
     }
 
@@ -88,9 +98,10 @@ pub(crate) fn spawn(opts: &SessionOptions) -> std::io::Result<ChildGuard> {
     let mut child = cmd.spawn()?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+    let mut stderr_task = None;
     if let Some(stderr) = child.stderr.take() {
         let tail = stderr_tail.clone();
-        tokio::spawn(async move {
+        stderr_task = Some(tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(stderr).lines();
             while let Ok(Some(mut line)) = lines.next_line().await {
                 if line.len() > STDERR_LINE_MAX {
@@ -109,11 +120,12 @@ pub(crate) fn spawn(opts: &SessionOptions) -> std::io::Result<ChildGuard> {
                 }
                 t.push_back(line);
             }
-        });
+        }));
     }
     Ok(ChildGuard {
         child,
         pgid,
         stderr_tail,
+        stderr_task,
     })
 }

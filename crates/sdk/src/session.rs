@@ -172,6 +172,7 @@ struct Shared {
     pending: Pending,
     callbacks_inflight: Mutex<HashMap<String, CancellationToken>>,
     ended: Mutex<Option<SessionError>>,
+    ended_notify: tokio::sync::Notify,
     shutdown: CancellationToken,
     next_id: AtomicU64,
 }
@@ -261,6 +262,7 @@ impl ClaudeSession {
             pending: Arc::new(Mutex::new(HashMap::new())),
             callbacks_inflight: Mutex::new(HashMap::new()),
             ended: Mutex::new(None),
+            ended_notify: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
             next_id: AtomicU64::new(1),
         });
@@ -317,6 +319,17 @@ impl ClaudeSession {
         }
     }
 
+    /// After a failed write: the CLI's exit, once the reader has seen it, explains more than
+    /// "broken pipe".
+    async fn exit_cause(&self, write_error: SessionError) -> SessionError {
+        let notified = self.shared.ended_notify.notified();
+        if let Some(e) = lock(&self.shared.ended).clone() {
+            return e;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), notified).await;
+        lock(&self.shared.ended).clone().unwrap_or(write_error)
+    }
+
     fn ended_error(&self) -> SessionError {
         lock(&self.shared.ended)
             .clone()
@@ -331,9 +344,14 @@ impl ClaudeSession {
         uuid: Option<&str>,
         priority: Option<&str>,
     ) -> Result<(), SessionError> {
-        self.shared
+        match self
+            .shared
             .write(&user_message(content, uuid, priority))
             .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.exit_cause(e).await),
+        }
     }
 
     /// Sends a control request and waits for its answer (default timeout).
@@ -367,7 +385,7 @@ impl ClaudeSession {
             .await
         {
             lock(&self.shared.pending).remove(&id);
-            return Err(closed(e));
+            return Err(closed(self.exit_cause(e).await));
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(Ok(v))) => Ok(v),
@@ -669,6 +687,7 @@ async fn read_loop(
                 ("killed after closing stdout".into(), false)
             }
         };
+        guard.drain_stderr().await;
         (status, guard.tail())
     };
     let err = SessionError::Exited {
@@ -677,6 +696,7 @@ async fn read_loop(
         stderr_tail: tail,
     };
     *lock(&shared.ended) = Some(err.clone());
+    shared.ended_notify.notify_waiters();
     lock(&shared.pending).clear();
     for (_, token) in lock(&shared.callbacks_inflight).drain() {
         token.cancel();

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod fake;
+pub mod fake_cli;
 mod replies;
 
 pub use replies::{Block, Gate, Match, Reply, Rule};

@@ -1,16 +1,9 @@
-//! Failure cases, driven by scripted fake CLIs (shell scripts speaking stream-json).
+//! Failure cases, driven by the testkit's scripted fake CLIs.
 
 use super::*;
 use claude_host_sdk::{ControlError, SessionError};
+use claude_host_testkit::fake_cli::{Scenario, write};
 use serde_json::json;
-use std::os::unix::fs::PermissionsExt;
-
-fn fake_cli(dir: &std::path::Path, body: &str) -> PathBuf {
-    let path = dir.join(format!("fake-claude-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
 
 fn opts_for(cli: PathBuf, dir: &std::path::Path) -> SessionOptions {
     let mut o = SessionOptions::new(
@@ -24,19 +17,10 @@ fn opts_for(cli: PathBuf, dir: &std::path::Path) -> SessionOptions {
     o
 }
 
-const RESULT: &str =
-    r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s"}"#;
-
 #[tokio::test]
 async fn garbage_and_oversize_lines_are_per_frame_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let big = "x".repeat(5000);
-    let cli = fake_cli(
-        dir.path(),
-        &format!(
-            "read line\necho 'not json at all'\necho '{{\"type\":\"assistant\",\"pad\":\"{big}\"}}'\necho '[1,2]'\necho '{RESULT}'\nread line"
-        ),
-    );
+    let cli = write(dir.path(), &Scenario::BadLines { oversize: 5000 }).unwrap();
     let mut s = ClaudeSession::spawn(opts_for(cli, dir.path()), Recorder::with(vec![])).unwrap();
     s.send_user(json!("hi"), None, None).await.unwrap();
     let mut seen = Vec::new();
@@ -60,18 +44,25 @@ async fn garbage_and_oversize_lines_are_per_frame_errors() {
     );
     let f = s.next_frame().await.unwrap().unwrap();
     assert_eq!(f.result_text(), Some("ok"));
+    let pgid = s.pgid().unwrap();
+    let exit = s.close().await;
+    assert!(
+        matches!(exit, SessionError::Exited { success: true, .. }),
+        "{exit}"
+    );
+    assert!(group_gone(pgid).await);
 }
 
 #[tokio::test]
 async fn a_crash_mid_turn_reports_the_status_and_stderr() {
     let dir = tempfile::tempdir().unwrap();
-    let cli = fake_cli(
+    let cli = write(
         dir.path(),
-        r#"read line
-echo '{"type":"system","subtype":"init","session_id":"s"}'
-echo 'fatal: out of cheese' >&2
-kill -SEGV $$"#,
-    );
+        &Scenario::CrashMidTurn {
+            stderr: "fatal: out of cheese".into(),
+        },
+    )
+    .unwrap();
     let mut s = ClaudeSession::spawn(opts_for(cli, dir.path()), Recorder::with(vec![])).unwrap();
     s.send_user(json!("hi"), None, None).await.unwrap();
     let err = s.collect_turn().await.unwrap_err();
@@ -91,12 +82,22 @@ kill -SEGV $$"#,
         other => panic!("{other:?}"),
     }
     assert!(err.to_string().contains("out of cheese"));
+    // Later requests fail with the same cause instead of hanging.
+    let e2 = s.interrupt().await.unwrap_err();
+    assert!(e2.to_string().contains("signal 11"), "{e2}");
 }
 
 #[tokio::test]
 async fn exit_code_one_is_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let cli = fake_cli(dir.path(), "echo 'bad flag' >&2\nexit 1");
+    let cli = write(
+        dir.path(),
+        &Scenario::Exit {
+            code: 1,
+            stderr: "bad flag".into(),
+        },
+    )
+    .unwrap();
     let mut s = ClaudeSession::spawn(opts_for(cli, dir.path()), Recorder::with(vec![])).unwrap();
     match s.next_frame().await {
         Some(Err(SessionError::Exited {
@@ -116,7 +117,7 @@ async fn exit_code_one_is_reported() {
 #[tokio::test]
 async fn a_cli_that_never_answers_initialize_times_out() {
     let dir = tempfile::tempdir().unwrap();
-    let cli = fake_cli(dir.path(), "while read line; do :; done");
+    let cli = write(dir.path(), &Scenario::Hang).unwrap();
     let s = ClaudeSession::spawn(opts_for(cli, dir.path()), Recorder::with(vec![])).unwrap();
     let pgid = s.pgid().unwrap();
     let err = s.initialize(None, json!({})).await.unwrap_err();
@@ -128,15 +129,17 @@ async fn a_cli_that_never_answers_initialize_times_out() {
 #[tokio::test]
 async fn control_requests_from_the_cli_get_answers_and_errors() {
     let dir = tempfile::tempdir().unwrap();
-    // Asks for a permission and sends an unknown request, then echoes our answers to stderr
-    // and exits once both answers arrived.
-    let cli = fake_cli(
+    let cli = write(
         dir.path(),
-        r#"echo '{"type":"control_request","request_id":"c1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"toolu_1"}}'
-echo '{"type":"control_request","request_id":"c2","request":{"subtype":"brand_new_thing"}}'
-read a; read b
-echo "{\"type\":\"result\",\"subtype\":\"success\",\"result\":$(printf '%s' "[$a,$b]" | sed 's/"/\\"/g; s/^/"/; s/$/"/')}""#,
-    );
+        &Scenario::AskAndEcho {
+            requests: vec![
+                r#"{"type":"control_request","request_id":"c1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"ls"},"tool_use_id":"toolu_1"}}"#.into(),
+                r#"{"type":"control_request","request_id":"c2","request":{"subtype":"brand_new_thing"}}"#.into(),
+                r#"{"type":"control_request","request_id":"c3","request":{"subtype":"mcp_message","server_name":"nope","message":{"jsonrpc":"2.0","id":0,"method":"initialize"}}}"#.into(),
+            ],
+        },
+    )
+    .unwrap();
     let cb = Recorder::with(vec![Decision::Deny("nope")]);
     let mut s = ClaudeSession::spawn(opts_for(cli, dir.path()), cb.clone()).unwrap();
     let f = s.next_frame().await.unwrap().unwrap();
@@ -162,4 +165,39 @@ echo "{\"type\":\"result\",\"subtype\":\"success\",\"result\":$(printf '%s' "[$a
         c2["response"]["error"],
         "Unsupported control request subtype: brand_new_thing"
     );
+    let c3 = by_id("c3");
+    assert_eq!(c3["response"]["subtype"], "error");
+    assert!(
+        c3["response"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no in-process MCP server")
+    );
+}
+
+#[tokio::test]
+async fn another_cli_version_is_used_with_its_version_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = write(
+        dir.path(),
+        &Scenario::Custom("echo '9.9.9 (Claude Code)'".into()),
+    )
+    .unwrap();
+    let found = claude_host_sdk::find::locate(Some(&cli), dir.path(), false)
+        .await
+        .unwrap();
+    assert_eq!(found.version, "9.9.9");
+    assert_eq!(found.origin, claude_host_sdk::find::Origin::Explicit);
+    let broken = write(
+        dir.path(),
+        &Scenario::Exit {
+            code: 2,
+            stderr: "no".into(),
+        },
+    )
+    .unwrap();
+    let err = claude_host_sdk::find::locate(Some(&broken), dir.path(), false)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("--version failed"), "{err}");
 }

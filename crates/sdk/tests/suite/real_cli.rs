@@ -352,3 +352,24 @@ async fn an_in_process_mcp_tool_is_called_and_its_result_reaches_the_model() {
         "{status}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_usage_is_served_by_the_proxys_token_estimate() {
+    let e = env().await;
+    let s = e.spawn(e.opts(), Recorder::with(vec![]));
+    s.initialize(None, json!({})).await.unwrap();
+    let usage = s.get_context_usage().await.unwrap();
+    assert!(usage["totalTokens"].as_u64().unwrap() > 0, "{usage}");
+    assert!(
+        usage["categories"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    );
+    // The CLI counted through the proxy, which answered locally: Copilot has no such route.
+    assert!(
+        e.fake
+            .requests()
+            .iter()
+            .all(|r| !r.path.contains("count_tokens"))
+    );
+}
