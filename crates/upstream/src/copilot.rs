@@ -25,6 +25,18 @@ pub struct CopilotEndpoints {
     pub copilot_api_url: Option<String>,
 }
 
+impl CopilotEndpoints {
+    /// GitHub web and API both at `url`; the Copilot API from the token (a single-host
+    /// deployment, or a test fake).
+    pub fn single_host(url: &str) -> Self {
+        CopilotEndpoints {
+            github_url: url.to_owned(),
+            github_api_url: url.to_owned(),
+            copilot_api_url: None,
+        }
+    }
+}
+
 impl Default for CopilotEndpoints {
     fn default() -> Self {
         CopilotEndpoints {

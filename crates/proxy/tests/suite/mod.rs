@@ -36,11 +36,7 @@ pub(crate) async fn env_on(fake: FakeUpstream, config: ProxyConfig) -> Env {
     let copilot = CopilotUpstream::with_clock(
         http_client().unwrap(),
         "gho_fake_github_token".into(),
-        CopilotEndpoints {
-            github_url: fake.url(),
-            github_api_url: fake.url(),
-            copilot_api_url: None,
-        },
+        CopilotEndpoints::single_host(&fake.url()),
         ClientIdentity::default(),
         CopilotOptions {
             mint_backoff: Duration::from_millis(10),

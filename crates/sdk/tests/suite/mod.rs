@@ -51,11 +51,7 @@ pub(crate) async fn env() -> Env {
     let copilot = CopilotUpstream::new(
         http_client().unwrap(),
         "gho_fake_github_token".into(),
-        CopilotEndpoints {
-            github_url: fake.url(),
-            github_api_url: fake.url(),
-            copilot_api_url: None,
-        },
+        CopilotEndpoints::single_host(&fake.url()),
         ClientIdentity::default(),
         CopilotOptions::default(),
     );

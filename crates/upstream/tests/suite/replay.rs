@@ -88,11 +88,7 @@ async fn record_then_replay_reproduces_the_stream() {
     let copilot: Arc<dyn Upstream> = Arc::new(CopilotUpstream::new(
         http_client().unwrap(),
         "gho_fake_github_token".into(),
-        CopilotEndpoints {
-            github_url: fake.url(),
-            github_api_url: fake.url(),
-            copilot_api_url: None,
-        },
+        CopilotEndpoints::single_host(&fake.url()),
         ClientIdentity::default(),
         CopilotOptions::default(),
     ));
