@@ -1,6 +1,7 @@
 //! `claude-host`: run Claude Code on a GitHub Copilot plan through a secure local proxy.
 
 mod commands;
+mod sessions;
 mod setup;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,8 @@ enum Command {
     },
     /// Check the CLI, credentials, Copilot reachability and models.
     Doctor,
+    /// List, show, fork or remove Claude Code sessions on disk.
+    Sessions(sessions::SessionsArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
             Command::Claude(args) => commands::claude(&ctx, args).await,
             Command::InstallCli { force } => commands::install_cli(&ctx, force).await,
             Command::Doctor => commands::doctor(&ctx).await,
+            Command::Sessions(args) => sessions::run(args),
         }
     });
     match result {

@@ -328,3 +328,56 @@ async fn anthropic_upstream_with_the_users_key_never_shows_the_key_to_the_cli() 
     assert_eq!(req.header("x-api-key"), Some(FAKE_ANTHROPIC_KEY));
     assert_eq!(req.header("authorization"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_list_show_fork_rm() {
+    let h = Host::new().await;
+    h.fake.push(rule(
+        Match::LastUserContains("mango".into()),
+        Reply::text("Mango noted."),
+    ));
+    let mut c = h.cmd();
+    c.args(["claude", "-p", "remember mango", "--output-format", "json"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let sessions = |args: &[&str]| {
+        let mut c = h.bare_cmd();
+        c.arg("sessions").args(args);
+        run(c)
+    };
+    let out = sessions(&["list", "--json"]);
+    assert!(out.status.success());
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &list["sessions"][0];
+    assert_eq!(first["id"], id.as_str());
+    assert_eq!(first["summary"], "remember mango");
+    assert!(first["messages"].as_u64().unwrap() >= 2);
+    let out = sessions(&["list", "--cwd", h.cwd().to_str().unwrap()]);
+    assert!(stdout(&out).contains(&id));
+
+    let out = sessions(&["show", &id]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(
+        text.contains("> remember mango") && text.contains("Mango noted."),
+        "{text}"
+    );
+
+    let out = sessions(&["fork", &id, "--json"]);
+    assert!(out.status.success());
+    let fork = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(fork, id);
+    let out = sessions(&["rm", &fork]);
+    assert!(out.status.success());
+    let out = sessions(&["show", &fork]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no transcript"));
+}

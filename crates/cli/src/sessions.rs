@@ -1,0 +1,202 @@
+//! `claude-host sessions`: list, show, fork and remove Claude Code sessions on disk.
+
+use anyhow::Context as _;
+use claude_host_sdk::transcripts::{self, SessionSummary};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+/// `sessions` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct SessionsArgs {
+    /// Claude Code's config directory (transcripts live in its `projects/`).
+    #[arg(long, global = true, env = "CLAUDE_CONFIG_DIR", value_name = "DIR")]
+    config_dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: SessionsCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SessionsCommand {
+    /// List sessions, newest first.
+    List {
+        /// Only sessions started in this directory.
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Show a session's conversation.
+    Show {
+        /// Session id.
+        id: String,
+    },
+    /// Copy a session (up to a message) into a new session that can be resumed.
+    Fork {
+        /// Session id.
+        id: String,
+        /// Keep messages up to and including this message uuid.
+        #[arg(long, value_name = "UUID")]
+        at: Option<String>,
+    },
+    /// Delete a session's transcript.
+    Rm {
+        /// Session id.
+        id: String,
+    },
+}
+
+fn config_dir(args: &SessionsArgs) -> anyhow::Result<PathBuf> {
+    match &args.config_dir {
+        Some(d) => Ok(d.clone()),
+        None => Ok(std::env::home_dir()
+            .context("no home directory; set CLAUDE_CONFIG_DIR")?
+            .join(".claude")),
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn summary_json(s: &SessionSummary) -> Value {
+    json!({"id": s.session_id, "summary": s.summary, "first_prompt": s.first_prompt, "cwd": s.cwd,
+           "git_branch": s.git_branch, "modified": unix(s.modified), "size": s.size,
+           "messages": s.message_count, "path": s.path})
+}
+
+pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
+    let dir = config_dir(&args)?;
+    match &args.command {
+        SessionsCommand::List { cwd, limit } => {
+            let mut all = transcripts::list_sessions(&dir, cwd.as_deref())?;
+            all.truncate(*limit);
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"sessions": all.iter().map(summary_json).collect::<Vec<_>>()})
+                );
+            } else if all.is_empty() {
+                println!("No sessions under {}.", dir.join("projects").display());
+            } else {
+                for s in &all {
+                    let age = SystemTime::now()
+                        .duration_since(s.modified)
+                        .map_or(0, |d| d.as_secs());
+                    println!(
+                        "{}  {:>6}  {:>3} msgs  {}  {}",
+                        s.session_id,
+                        ago(age),
+                        s.message_count,
+                        s.cwd.as_deref().unwrap_or("?"),
+                        s.summary.chars().take(60).collect::<String>()
+                    );
+                }
+            }
+        }
+        SessionsCommand::Show { id } => {
+            let t = transcripts::read_session(&dir, id)?;
+            let chain = t.main_chain();
+            if args.json {
+                let entries: Vec<&serde_json::Map<String, Value>> = chain.clone();
+                println!(
+                    "{}",
+                    json!({"id": id, "entries": entries, "skipped_lines": t.skipped})
+                );
+            } else {
+                for e in chain {
+                    print_entry(e);
+                }
+                if t.skipped > 0 {
+                    eprintln!("({} unreadable lines skipped)", t.skipped);
+                }
+            }
+        }
+        SessionsCommand::Fork { id, at } => {
+            let new_id = transcripts::fork_session(&dir, id, at.as_deref())?;
+            if args.json {
+                println!("{}", json!({"id": new_id, "forked_from": id}));
+            } else {
+                println!("{new_id}");
+                eprintln!("Resume it with: claude-host claude --resume {new_id}");
+            }
+        }
+        SessionsCommand::Rm { id } => {
+            transcripts::delete_session(&dir, id)?;
+            if args.json {
+                println!("{}", json!({"deleted": id}));
+            } else {
+                println!("Deleted {id}.");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ago(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m", secs / 60),
+        3600..86400 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86400),
+    }
+}
+
+fn print_entry(e: &serde_json::Map<String, Value>) {
+    let ty = e.get("type").and_then(Value::as_str).unwrap_or("");
+    let content = e.get("message").and_then(|m| m.get("content"));
+    match (ty, content) {
+        ("user", Some(Value::String(s))) => println!("> {s}"),
+        (_, Some(Value::Array(blocks))) if ty == "user" || ty == "assistant" => {
+            for b in blocks {
+                match b.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        let text = b.get("text").and_then(Value::as_str).unwrap_or("");
+                        if ty == "user" {
+                            if !text.starts_with("<system-reminder>") {
+                                println!("> {text}");
+                            }
+                        } else {
+                            println!("{text}");
+                        }
+                    }
+                    Some("tool_use") => println!(
+                        "  [tool] {} {}",
+                        b.get("name").and_then(Value::as_str).unwrap_or("?"),
+                        b.get("input")
+                            .map(Value::to_string)
+                            .unwrap_or_default()
+                            .chars()
+                            .take(120)
+                            .collect::<String>()
+                    ),
+                    Some("tool_result") => {
+                        let out = match b.get("content") {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(v) => v.to_string(),
+                            None => String::new(),
+                        };
+                        println!(
+                            "  [result] {}",
+                            out.lines()
+                                .next()
+                                .unwrap_or("")
+                                .chars()
+                                .take(120)
+                                .collect::<String>()
+                        );
+                    }
+                    Some("thinking") => println!("  [thinking]"),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
