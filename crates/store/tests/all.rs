@@ -1,0 +1,93 @@
+//! The SQLite store on real files.
+
+// Test helpers outside #[test] functions panic on failure by design.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use claude_host_store::{SessionRecord, SqliteStore, Store, StoreError};
+
+fn rec(id: &str, updated: i64) -> SessionRecord {
+    SessionRecord {
+        id: id.into(),
+        title: Some(format!("title {id}")),
+        model: Some("claude-opus-5-5".into()),
+        effort: None,
+        permission_mode: Some("default".into()),
+        cwd: "/work".into(),
+        created_at: 1,
+        updated_at: updated,
+        archived: false,
+    }
+}
+
+#[tokio::test]
+async fn put_get_list_archive_delete_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/host.sqlite");
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 1);
+    store.put(&rec("a", 10)).await.unwrap();
+    store.put(&rec("b", 20)).await.unwrap();
+    let mut c = rec("c", 30);
+    c.archived = true;
+    store.put(&c).await.unwrap();
+    let ids: Vec<String> = store
+        .list(false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, ["b", "a"]);
+    assert_eq!(store.list(true).await.unwrap().len(), 3);
+    // Upsert keeps created_at, replaces the rest.
+    let mut a2 = rec("a", 40);
+    a2.created_at = 999;
+    a2.title = None;
+    store.put(&a2).await.unwrap();
+    let a = store.get("a").await.unwrap().unwrap();
+    assert_eq!((a.created_at, a.updated_at, a.title), (1, 40, None));
+    assert!(store.delete("b").await.unwrap());
+    assert!(!store.delete("b").await.unwrap());
+    drop(store);
+    // Reopening keeps the data and does not re-run migrations.
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.get("c").await.unwrap().unwrap().archived, true);
+    assert_eq!(store.schema_version().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_garbage_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sqlite");
+    let store = SqliteStore::open(&path).await.unwrap();
+    drop(store);
+    let conn = bump_schema_version(&path).await;
+    assert!(conn);
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::TooNew {
+                found: 99,
+                known: 1
+            }
+        ),
+        "{err}"
+    );
+    let junk = dir.path().join("junk.sqlite");
+    std::fs::write(&junk, b"this is not a database, not at all, really not").unwrap();
+    let err = SqliteStore::open(&junk).await.unwrap_err();
+    assert!(err.to_string().contains("junk.sqlite"), "{err}");
+}
+
+/// Sets the schema version to 99 through a plain connection, as a newer claude-host would.
+async fn bump_schema_version(path: &std::path::Path) -> bool {
+    use sqlx::Connection;
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::raw_sql("PRAGMA user_version = 99")
+        .execute(&mut c)
+        .await
+        .is_ok()
+}
