@@ -51,7 +51,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     drop(store);
     // Reopening keeps the data and does not re-run migrations.
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.get("c").await.unwrap().unwrap().archived, true);
+    assert!(store.get("c").await.unwrap().unwrap().archived);
     assert_eq!(store.schema_version().await.unwrap(), 1);
 }
 
