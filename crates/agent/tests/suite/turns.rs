@@ -1,0 +1,205 @@
+use super::*;
+use ahp_types::actions::StateAction;
+use claude_host_testkit::fake::{Match, Reply, Rule};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+fn kinds(actions: &[StateAction]) -> Vec<String> {
+    actions
+        .iter()
+        .map(|a| {
+            serde_json::to_value(a).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+fn drain(rx: &mut tokio::sync::broadcast::Receiver<StateAction>) -> Vec<StateAction> {
+    let mut out = Vec::new();
+    while let Ok(a) = rx.try_recv() {
+        out.push(a);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_turn_streams_per_token_deltas_into_the_reduced_state() {
+    let e = env().await;
+    e.fake.push(Rule {
+        when: Match::LastUserContains("greet".into()),
+        reply: Reply::text_deltas(vec!["Hel".into(), "lo ".into(), "there".into()]),
+        times: None,
+    });
+    let s = e.session(e.opts());
+    assert!(!s.is_materialized(), "a new session is provisional");
+    assert!(
+        !e.dir.path().join(".claude/projects").exists(),
+        "nothing written before the first send"
+    );
+    let mut rx = s.subscribe();
+    let turn = s.send("greet me").await.unwrap();
+    let actions = drain(&mut rx);
+    let k = kinds(&actions);
+    assert_eq!(k.first().map(String::as_str), Some("chat/turnStarted"));
+    assert_eq!(&k[k.len() - 2..], ["chat/usage", "chat/turnComplete"]);
+    let deltas: Vec<Value> = actions
+        .iter()
+        .map(|a| serde_json::to_value(a).unwrap())
+        .filter(|v| v["type"] == "chat/delta")
+        .collect();
+    assert_eq!(
+        deltas
+            .iter()
+            .map(|d| d["content"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["Hel", "lo ", "there"],
+        "one action per upstream token"
+    );
+    let part_pos = k.iter().position(|x| x == "chat/responsePart").unwrap();
+    let delta_pos = k.iter().position(|x| x == "chat/delta").unwrap();
+    assert!(
+        part_pos < delta_pos,
+        "response part announced before its deltas: {k:?}"
+    );
+    let part_id = deltas[0]["partId"].as_str().unwrap();
+    assert!(
+        part_id.starts_with(&format!("{turn}#msg_fake_")) && part_id.ends_with("#0"),
+        "{part_id}"
+    );
+
+    let state = serde_json::to_value(s.state()).unwrap();
+    assert_eq!(state["turns"].as_array().unwrap().len(), 1);
+    let t = &state["turns"][0];
+    assert_eq!(t["state"], "complete");
+    assert_eq!(t["message"]["text"], "greet me");
+    assert_eq!(t["responseParts"][0]["kind"], "markdown");
+    assert_eq!(t["responseParts"][0]["content"], "Hello there");
+    assert!(t["usage"]["outputTokens"].as_i64().unwrap() > 0);
+    assert_eq!(t["usage"]["model"], "claude-opus-5-5");
+    assert!(state.get("activeTurn").is_none() || state["activeTurn"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_first_sends_materialize_once_and_run_in_order() {
+    let e = env().await;
+    e.fake.push(Rule {
+        when: Match::LastUserContains("one".into()),
+        reply: Reply::text("first"),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("two".into()),
+        reply: Reply::text("second"),
+        times: None,
+    });
+    let s = Arc::new(e.session(e.opts()));
+    let (a, b) = tokio::join!(s.send("one"), s.send("two"));
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(s.materializations(), 1);
+    let state = serde_json::to_value(s.state()).unwrap();
+    let texts: Vec<&str> = state["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["responseParts"][0]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2);
+    assert!(
+        texts.contains(&"first") && texts.contains(&"second"),
+        "{texts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_and_an_auto_approved_tool_call_reduce_to_complete_parts() {
+    let e = env().await;
+    let file = e.dir.path().join("work/out.txt");
+    e.fake.push(Rule {
+        when: Match::LastUserContains("think and write".into()),
+        reply: Reply::blocks(vec![
+            claude_host_testkit::Block::Thinking {
+                thinking: "plan it".into(),
+                signature: "sig".into(),
+            },
+            claude_host_testkit::Block::ToolUse {
+                name: "Write".into(),
+                input: json!({"file_path": file.to_str().unwrap(), "content": "x"}),
+            },
+        ]),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: Reply::text("written"),
+        times: None,
+    });
+    let mut opts = e.opts();
+    opts.permission_mode = Some("acceptEdits".into());
+    let s = e.session(opts);
+    let mut rx = s.subscribe();
+    s.send("think and write").await.unwrap();
+    let k = kinds(&drain(&mut rx));
+    let start = k.iter().position(|x| x == "chat/toolCallStart").unwrap();
+    for later in [
+        "chat/toolCallDelta",
+        "chat/toolCallReady",
+        "chat/toolCallComplete",
+    ] {
+        assert!(
+            k.iter().position(|x| x == later).unwrap() > start,
+            "{later} before toolCallStart: {k:?}"
+        );
+    }
+    assert!(file.exists());
+    let state = serde_json::to_value(s.state()).unwrap();
+    let parts = state["turns"][0]["responseParts"].as_array().unwrap();
+    let reasoning = parts.iter().find(|p| p["kind"] == "reasoning").unwrap();
+    assert_eq!(reasoning["content"], "plan it");
+    let tool = parts.iter().find(|p| p["kind"] == "toolCall").unwrap();
+    assert_eq!(tool["toolCall"]["status"], "completed", "{tool}");
+    assert_eq!(tool["toolCall"]["toolName"], "Write");
+    assert_eq!(tool["toolCall"]["success"], true);
+    let text = parts.iter().find(|p| p["kind"] == "markdown").unwrap();
+    assert_eq!(text["content"], "written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_error_ends_the_turn_in_error_and_the_session_goes_on() {
+    let e = env().await;
+    // The recovery rule first: the CLI may resend the failed prompt along with the new one.
+    e.fake.push(Rule {
+        when: Match::LastUserContains("again".into()),
+        reply: Reply::text("fine"),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("fail".into()),
+        reply: Reply::error_before_stream(400, "invalid_request_error", "prompt is too long"),
+        times: Some(10),
+    });
+    let s = e.session(e.opts());
+    s.send("fail please").await.unwrap();
+    s.send("again").await.unwrap();
+    let state = serde_json::to_value(s.state()).unwrap();
+    assert_eq!(state["turns"][0]["state"], "error");
+    let err = state["turns"][0]["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "error")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        err.to_string()
+            .to_lowercase()
+            .contains("prompt is too long"),
+        "{}",
+        state["turns"][0]
+    );
+    // The CLI's terminal reason names the failure (here `prompt_too_long`).
+    assert_eq!(err["error"]["errorType"], "prompt_too_long");
+    assert_eq!(state["turns"][1]["state"], "complete");
+}
