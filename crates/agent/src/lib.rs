@@ -8,4 +8,4 @@
 pub mod mapper;
 mod session;
 
-pub use session::{ChatSession, ChatSessionError};
+pub use session::{ChatSession, ChatSessionError, Confirmation};

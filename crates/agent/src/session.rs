@@ -1,15 +1,19 @@
 //! A Claude chat session: provisional until the first send, then one long-lived CLI.
+//! Tool permissions become pending confirmations in the state, settled by the client.
 
-use crate::mapper::{TurnMapper, now_rfc3339};
+use crate::mapper::{TurnMapper, action, now_rfc3339};
 use ahp::reducers::{ReduceOutcome, apply_action_to_chat};
 use ahp_types::actions::StateAction;
 use ahp_types::state::ChatState;
 use claude_host_protocol::stream_json::FrameKind;
-use claude_host_sdk::{Callbacks, ClaudeSession, SessionError, SessionOptions};
-use serde_json::json;
+use claude_host_sdk::CancellationToken;
+use claude_host_sdk::{Callbacks, ClaudeSession, PermissionResult, SessionError, SessionOptions};
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio::sync::{OnceCell, broadcast};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{Notify, OnceCell, broadcast, oneshot};
 
 /// Why a send failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -20,15 +24,178 @@ pub enum ChatSessionError {
     /// The CLI failed during the turn.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// No tool call with this id is waiting for confirmation.
+    #[error("no tool call {0} is waiting for confirmation")]
+    NotPending(String),
+}
+
+/// The client's decision on a tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Run it.
+    Approve,
+    /// Do not run it.
+    Deny,
+}
+
+struct Reduced {
+    state: ChatState,
+    /// Tool calls the CLI asked permission for (their auto-approval must not be applied).
+    asked: HashSet<String>,
+}
+
+struct Inner {
+    reduced: Mutex<Reduced>,
+    changed: Notify,
+    actions: broadcast::Sender<StateAction>,
+    turn: Mutex<Option<String>>,
+    waiting: Mutex<HashMap<String, oneshot::Sender<Confirmation>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn action_type(a: &StateAction) -> (String, Option<String>, bool) {
+    let v = serde_json::to_value(a).unwrap_or(Value::Null);
+    (
+        v["type"].as_str().unwrap_or("").to_owned(),
+        v["toolCallId"].as_str().map(str::to_owned),
+        v.get("confirmed").is_some_and(|c| !c.is_null()),
+    )
+}
+
+impl Inner {
+    fn apply(&self, actions: Vec<StateAction>) {
+        {
+            let mut r = lock(&self.reduced);
+            for a in actions {
+                let (ty, tool, confirmed) = action_type(&a);
+                // The CLI asked the user about this tool: its automatic "ready" must not run it.
+                if ty == "chat/toolCallReady"
+                    && confirmed
+                    && tool.is_some_and(|t| r.asked.contains(&t))
+                {
+                    continue;
+                }
+                match apply_action_to_chat(&mut r.state, &a) {
+                    ReduceOutcome::Applied => {}
+                    other => tracing::debug!(?other, %ty, "action did not change the chat state"),
+                }
+                let _ = self.actions.send(a);
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    fn has_tool_call(&self, tool_call_id: &str) -> bool {
+        let r = lock(&self.reduced);
+        let Some(active) = &r.state.active_turn else {
+            return false;
+        };
+        serde_json::to_value(&active.response_parts)
+            .unwrap_or(Value::Null)
+            .as_array()
+            .is_some_and(|parts| {
+                parts
+                    .iter()
+                    .any(|p| p["toolCall"]["toolCallId"] == tool_call_id)
+            })
+    }
+}
+
+/// Routes the CLI's permission requests into the chat state.
+struct Bridge(Weak<Inner>);
+
+#[async_trait::async_trait]
+impl Callbacks for Bridge {
+    async fn can_use_tool(
+        &self,
+        request: Map<String, Value>,
+        cancel: CancellationToken,
+    ) -> PermissionResult {
+        let deny = |m: &str| PermissionResult::Deny {
+            message: m.into(),
+            interrupt: false,
+        };
+        let Some(inner) = self.0.upgrade() else {
+            return deny("session closed");
+        };
+        let Some(turn) = lock(&inner.turn).clone() else {
+            return deny("no turn in progress");
+        };
+        let tool_call_id = request
+            .get("tool_use_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let input = request.get("input").cloned().unwrap_or(json!({}));
+        let tool = request
+            .get("tool_name")
+            .and_then(Value::as_str)
+            .unwrap_or("tool")
+            .to_owned();
+        // Frames and control requests travel separately; wait until the tool call the request
+        // is about has reached the state.
+        let known = async {
+            loop {
+                let changed = inner.changed.notified();
+                if inner.has_tool_call(&tool_call_id) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(10), known)
+            .await
+            .is_err()
+        {
+            tracing::warn!(%tool_call_id, "permission asked for a tool call that never appeared");
+        }
+        let (tx, rx) = oneshot::channel();
+        lock(&inner.waiting).insert(tool_call_id.clone(), tx);
+        lock(&inner.reduced).asked.insert(tool_call_id.clone());
+        let title = request
+            .get("title")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("Allow {tool}?"));
+        inner.apply(
+            action(json!({"type": "chat/toolCallReady", "turnId": turn, "toolCallId": tool_call_id,
+                "invocationMessage": request.get("description").and_then(Value::as_str).unwrap_or(&tool),
+                "toolInput": input.to_string(), "confirmationTitle": title}))
+            .into_iter()
+            .collect(),
+        );
+        let decision = tokio::select! {
+            d = rx => d.unwrap_or(Confirmation::Deny),
+            () = cancel.cancelled() => Confirmation::Deny,
+        };
+        lock(&inner.waiting).remove(&tool_call_id);
+        let approved = decision == Confirmation::Approve;
+        let mut confirmed = json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": tool_call_id, "approved": approved});
+        if approved {
+            confirmed["confirmed"] = json!("user-action");
+        } else {
+            confirmed["reason"] = json!("denied");
+        }
+        inner.apply(action(confirmed).into_iter().collect());
+        if approved {
+            PermissionResult::Allow {
+                updated_input: input,
+                updated_permissions: None,
+            }
+        } else {
+            deny("User declined")
+        }
+    }
 }
 
 /// One chat backed by one Claude Code process.
 pub struct ChatSession {
     opts: SessionOptions,
-    callbacks: Arc<dyn Callbacks>,
+    inner: Arc<Inner>,
     cli: OnceCell<tokio::sync::Mutex<ClaudeSession>>,
-    state: Mutex<ChatState>,
-    actions: broadcast::Sender<StateAction>,
     materializations: AtomicUsize,
     turns: AtomicUsize,
 }
@@ -39,18 +206,10 @@ impl std::fmt::Debug for ChatSession {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl ChatSession {
     /// A provisional session: no process is started and nothing is written until the first
     /// send.
-    pub fn new(
-        resource: &str,
-        opts: SessionOptions,
-        callbacks: Arc<dyn Callbacks>,
-    ) -> Result<ChatSession, ChatSessionError> {
+    pub fn new(resource: &str, opts: SessionOptions) -> Result<ChatSession, ChatSessionError> {
         let state: ChatState = serde_json::from_value(json!({
             "resource": resource, "title": "", "status": 1, "modifiedAt": now_rfc3339(), "turns": []
         }))
@@ -58,10 +217,17 @@ impl ChatSession {
         let (actions, _) = broadcast::channel(4096);
         Ok(ChatSession {
             opts,
-            callbacks,
+            inner: Arc::new(Inner {
+                reduced: Mutex::new(Reduced {
+                    state,
+                    asked: HashSet::new(),
+                }),
+                changed: Notify::new(),
+                actions,
+                turn: Mutex::new(None),
+                waiting: Mutex::new(HashMap::new()),
+            }),
             cli: OnceCell::new(),
-            state: Mutex::new(state),
-            actions,
             materializations: AtomicUsize::new(0),
             turns: AtomicUsize::new(0),
         })
@@ -69,12 +235,12 @@ impl ChatSession {
 
     /// Subscribes to the actions applied from now on, in order.
     pub fn subscribe(&self) -> broadcast::Receiver<StateAction> {
-        self.actions.subscribe()
+        self.inner.actions.subscribe()
     }
 
     /// A copy of the reduced state.
     pub fn state(&self) -> ChatState {
-        lock(&self.state).clone()
+        lock(&self.inner.reduced).state.clone()
     }
 
     /// How many times a CLI was started for this session.
@@ -87,22 +253,44 @@ impl ChatSession {
         self.cli.initialized()
     }
 
-    fn apply(&self, actions: Vec<StateAction>) {
-        let mut state = lock(&self.state);
-        for a in actions {
-            match apply_action_to_chat(&mut state, &a) {
-                ReduceOutcome::Applied => {}
-                other => tracing::debug!(?other, "action did not change the chat state"),
+    /// Tool calls waiting for the client's decision.
+    pub fn pending_confirmations(&self) -> Vec<String> {
+        lock(&self.inner.waiting).keys().cloned().collect()
+    }
+
+    /// Settles a pending tool confirmation.
+    pub fn confirm_tool(
+        &self,
+        tool_call_id: &str,
+        decision: Confirmation,
+    ) -> Result<(), ChatSessionError> {
+        let tx = lock(&self.inner.waiting)
+            .remove(tool_call_id)
+            .ok_or_else(|| ChatSessionError::NotPending(tool_call_id.to_owned()))?;
+        tx.send(decision)
+            .map_err(|_| ChatSessionError::NotPending(tool_call_id.to_owned()))
+    }
+
+    /// Waits until some tool call needs confirmation, and returns its id.
+    pub async fn next_confirmation(&self, timeout: Duration) -> Option<String> {
+        let wait = async {
+            loop {
+                let changed = self.inner.changed.notified();
+                if let Some(id) = self.pending_confirmations().into_iter().next() {
+                    return id;
+                }
+                changed.await;
             }
-            let _ = self.actions.send(a);
-        }
+        };
+        tokio::time::timeout(timeout, wait).await.ok()
     }
 
     async fn materialize(&self) -> Result<&tokio::sync::Mutex<ClaudeSession>, ChatSessionError> {
         self.cli
             .get_or_try_init(|| async {
                 self.materializations.fetch_add(1, Ordering::SeqCst);
-                let s = ClaudeSession::spawn(self.opts.clone(), self.callbacks.clone())
+                let callbacks = Arc::new(Bridge(Arc::downgrade(&self.inner)));
+                let s = ClaudeSession::spawn(self.opts.clone(), callbacks)
                     .map_err(|e| ChatSessionError::Start(e.to_string()))?;
                 s.initialize(None, json!({}))
                     .await
@@ -118,34 +306,47 @@ impl ChatSession {
         let cli = self.materialize().await?;
         let mut cli = cli.lock().await;
         let turn_id = format!("turn-{}", self.turns.fetch_add(1, Ordering::SeqCst) + 1);
+        *lock(&self.inner.turn) = Some(turn_id.clone());
         let (mut mapper, started) = TurnMapper::start(&turn_id, prompt);
-        self.apply(started);
+        self.inner.apply(started);
+        let result = self.run_turn(&mut cli, &mut mapper, prompt).await;
+        *lock(&self.inner.turn) = None;
+        result.map(|()| turn_id)
+    }
+
+    async fn run_turn(
+        &self,
+        cli: &mut ClaudeSession,
+        mapper: &mut TurnMapper,
+        prompt: &str,
+    ) -> Result<(), ChatSessionError> {
         if let Err(e) = cli.send_user(json!(prompt), None, None).await {
-            self.apply(mapper.fail(&e.to_string()));
+            self.inner.apply(mapper.fail(&e.to_string()));
             return Err(e.into());
         }
         while !mapper.finished() {
             match cli.next_frame().await {
                 Some(Ok(frame)) => {
                     let is_result = frame.kind == FrameKind::Result;
-                    self.apply(mapper.map(&frame));
+                    self.inner.apply(mapper.map(&frame));
                     if is_result {
                         break;
                     }
                 }
                 Some(Err(e @ SessionError::Exited { .. })) => {
-                    self.apply(mapper.fail(&e.to_string()));
+                    self.inner.apply(mapper.fail(&e.to_string()));
                     return Err(e.into());
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "skipping a bad frame"),
                 None => {
-                    self.apply(mapper.fail("the Claude Code CLI went away"));
+                    self.inner
+                        .apply(mapper.fail("the Claude Code CLI went away"));
                     return Err(ChatSessionError::Start(
                         "the Claude Code CLI went away".into(),
                     ));
                 }
             }
         }
-        Ok(turn_id)
+        Ok(())
     }
 }

@@ -17,3 +17,5 @@ pub use options::SessionOptions;
 pub use session::{
     Callbacks, ClaudeSession, ControlError, DenyAll, PermissionResult, SessionError,
 };
+/// Cancellation handed to [`Callbacks`] (re-exported so implementors need no extra crate).
+pub use tokio_util::sync::CancellationToken;

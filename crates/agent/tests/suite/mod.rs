@@ -1,7 +1,7 @@
 mod turns;
 
 use claude_host_proxy::{ProxyConfig, ProxyHandle};
-use claude_host_sdk::{DenyAll, SessionOptions};
+use claude_host_sdk::SessionOptions;
 use claude_host_testkit::fake::FakeUpstream;
 use claude_host_upstream::copilot::{
     ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
@@ -48,6 +48,6 @@ impl Env {
     }
 
     pub fn session(&self, opts: SessionOptions) -> claude_host_agent::ChatSession {
-        claude_host_agent::ChatSession::new("claude:/chat/test", opts, Arc::new(DenyAll)).unwrap()
+        claude_host_agent::ChatSession::new("claude:/chat/test", opts).unwrap()
     }
 }

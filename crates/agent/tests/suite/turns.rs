@@ -203,3 +203,91 @@ async fn an_upstream_error_ends_the_turn_in_error_and_the_session_goes_on() {
     assert_eq!(err["error"]["errorType"], "prompt_too_long");
     assert_eq!(state["turns"][1]["state"], "complete");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
+    use claude_host_agent::Confirmation;
+    use std::time::Duration;
+    let e = env().await;
+    let yes = e.dir.path().join("work/yes.txt");
+    let no = e.dir.path().join("work/no.txt");
+    e.fake.push(Rule {
+        when: Match::LastUserContains("two files".into()),
+        reply: Reply::tool_use(
+            "Write",
+            json!({"file_path": yes.to_str().unwrap(), "content": "y"}),
+        ),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("File created".into()),
+        reply: Reply::tool_use(
+            "Write",
+            json!({"file_path": no.to_str().unwrap(), "content": "n"}),
+        ),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("User declined".into()),
+        reply: Reply::text("ok, skipped one"),
+        times: None,
+    });
+    let s = Arc::new(e.session(e.opts()));
+    let mut rx = s.subscribe();
+    let turn = tokio::spawn({
+        let s = s.clone();
+        async move { s.send("write two files").await }
+    });
+    let first = s
+        .next_confirmation(Duration::from_secs(30))
+        .await
+        .expect("first confirmation");
+    let state = serde_json::to_value(s.state()).unwrap();
+    let pending = state["activeTurn"]["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["toolCall"]["toolCallId"] == first.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        pending["toolCall"]["status"], "pending-confirmation",
+        "{pending}"
+    );
+    s.confirm_tool(&first, Confirmation::Approve).unwrap();
+    let second = loop {
+        let id = s
+            .next_confirmation(Duration::from_secs(30))
+            .await
+            .expect("second confirmation");
+        if id != first {
+            break id;
+        }
+    };
+    s.confirm_tool(&second, Confirmation::Deny).unwrap();
+    turn.await.unwrap().unwrap();
+    assert!(yes.exists());
+    assert!(!no.exists());
+    let state = serde_json::to_value(s.state()).unwrap();
+    let t = &state["turns"][0];
+    assert_eq!(t["state"], "complete");
+    let tool = |id: &str| {
+        t["responseParts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["toolCall"]["toolCallId"] == id)
+            .unwrap()["toolCall"]
+            .clone()
+    };
+    assert_eq!(tool(&first)["status"], "completed");
+    assert_eq!(tool(&first)["confirmed"], "user-action");
+    assert_eq!(tool(&second)["status"], "cancelled");
+    assert_eq!(tool(&second)["reason"], "denied");
+    let k = kinds(&drain(&mut rx));
+    assert!(
+        k.iter().filter(|x| *x == "chat/toolCallConfirmed").count() == 2,
+        "{k:?}"
+    );
+    assert!(s.confirm_tool("nope", Confirmation::Approve).is_err());
+}
