@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::{Notify, OnceCell, broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
 
 /// Why a send failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -195,7 +195,14 @@ impl Callbacks for Bridge {
 pub struct ChatSession {
     opts: SessionOptions,
     inner: Arc<Inner>,
-    cli: OnceCell<tokio::sync::Mutex<ClaudeSession>>,
+    /// The live CLI; the lock also makes concurrent first sends start exactly one.
+    cli: tokio::sync::Mutex<Option<Arc<ClaudeSession>>>,
+    /// Serializes turns.
+    turn_lock: tokio::sync::Mutex<()>,
+    /// The Claude session id, once the CLI reported it (used to resume after a crash).
+    session_id: Mutex<Option<String>>,
+    /// The model chosen mid-session, replayed on a restarted CLI.
+    model: Mutex<Option<String>>,
     materializations: AtomicUsize,
     turns: AtomicUsize,
 }
@@ -227,7 +234,10 @@ impl ChatSession {
                 turn: Mutex::new(None),
                 waiting: Mutex::new(HashMap::new()),
             }),
-            cli: OnceCell::new(),
+            cli: tokio::sync::Mutex::new(None),
+            turn_lock: tokio::sync::Mutex::new(()),
+            session_id: Mutex::new(None),
+            model: Mutex::new(None),
             materializations: AtomicUsize::new(0),
             turns: AtomicUsize::new(0),
         })
@@ -250,7 +260,42 @@ impl ChatSession {
 
     /// Whether the CLI has been started.
     pub fn is_materialized(&self) -> bool {
-        self.cli.initialized()
+        self.materializations() > 0
+    }
+
+    /// The Claude session id, once known.
+    pub fn session_id(&self) -> Option<String> {
+        lock(&self.session_id).clone()
+    }
+
+    async fn live_cli(&self) -> Option<Arc<ClaudeSession>> {
+        self.cli.lock().await.clone().filter(|c| !c.has_exited())
+    }
+
+    /// The process group of the live CLI, if one runs.
+    pub async fn cli_pgid(&self) -> Option<i32> {
+        self.live_cli().await.and_then(|c| c.pgid())
+    }
+
+    /// Interrupts the running turn (it ends as cancelled).
+    pub async fn abort(&self) -> Result<(), ChatSessionError> {
+        if let Some(cli) = self.live_cli().await {
+            cli.interrupt()
+                .await
+                .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Changes the model: applied to the live CLI now, and to any CLI started later.
+    pub async fn set_model(&self, model: &str) -> Result<(), ChatSessionError> {
+        *lock(&self.model) = Some(model.to_owned());
+        if let Some(cli) = self.live_cli().await {
+            cli.set_model(Some(model))
+                .await
+                .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// Tool calls waiting for the client's decision.
@@ -285,38 +330,50 @@ impl ChatSession {
         tokio::time::timeout(timeout, wait).await.ok()
     }
 
-    async fn materialize(&self) -> Result<&tokio::sync::Mutex<ClaudeSession>, ChatSessionError> {
-        self.cli
-            .get_or_try_init(|| async {
-                self.materializations.fetch_add(1, Ordering::SeqCst);
-                let callbacks = Arc::new(Bridge(Arc::downgrade(&self.inner)));
-                let s = ClaudeSession::spawn(self.opts.clone(), callbacks)
-                    .map_err(|e| ChatSessionError::Start(e.to_string()))?;
-                s.initialize(None, json!({}))
-                    .await
-                    .map_err(|e| ChatSessionError::Start(e.to_string()))?;
-                Ok(tokio::sync::Mutex::new(s))
-            })
+    /// The live CLI, starting one if there is none (first send) or the last one died (then
+    /// the session is resumed from its transcript, with the chosen model).
+    async fn materialize(&self) -> Result<Arc<ClaudeSession>, ChatSessionError> {
+        let mut slot = self.cli.lock().await;
+        if let Some(cli) = slot.as_ref().filter(|c| !c.has_exited()) {
+            return Ok(cli.clone());
+        }
+        self.materializations.fetch_add(1, Ordering::SeqCst);
+        let mut opts = self.opts.clone();
+        if let Some(id) = self.session_id() {
+            opts.resume = Some(id);
+            opts.session_id = None;
+        }
+        if let Some(m) = lock(&self.model).clone() {
+            opts.model = Some(m);
+        }
+        let callbacks = Arc::new(Bridge(Arc::downgrade(&self.inner)));
+        let cli = ClaudeSession::spawn(opts, callbacks)
+            .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        cli.initialize(None, json!({}))
             .await
+            .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        let cli = Arc::new(cli);
+        *slot = Some(cli.clone());
+        Ok(cli)
     }
 
     /// Sends a prompt and runs the turn to its end. Sends are serialized: a second send waits
     /// for the first turn. Returns the turn id.
     pub async fn send(&self, prompt: &str) -> Result<String, ChatSessionError> {
+        let _turn = self.turn_lock.lock().await;
         let cli = self.materialize().await?;
-        let mut cli = cli.lock().await;
         let turn_id = format!("turn-{}", self.turns.fetch_add(1, Ordering::SeqCst) + 1);
         *lock(&self.inner.turn) = Some(turn_id.clone());
         let (mut mapper, started) = TurnMapper::start(&turn_id, prompt);
         self.inner.apply(started);
-        let result = self.run_turn(&mut cli, &mut mapper, prompt).await;
+        let result = self.run_turn(&cli, &mut mapper, prompt).await;
         *lock(&self.inner.turn) = None;
         result.map(|()| turn_id)
     }
 
     async fn run_turn(
         &self,
-        cli: &mut ClaudeSession,
+        cli: &ClaudeSession,
         mapper: &mut TurnMapper,
         prompt: &str,
     ) -> Result<(), ChatSessionError> {
@@ -325,8 +382,14 @@ impl ChatSession {
             return Err(e.into());
         }
         while !mapper.finished() {
-            match cli.next_frame().await {
+            match cli.recv_frame().await {
                 Some(Ok(frame)) => {
+                    if let Some(id) = frame.session_id().filter(|id| !id.is_empty()) {
+                        let mut known = lock(&self.session_id);
+                        if known.as_deref() != Some(id) {
+                            *known = Some(id.to_owned());
+                        }
+                    }
                     let is_result = frame.kind == FrameKind::Result;
                     self.inner.apply(mapper.map(&frame));
                     if is_result {

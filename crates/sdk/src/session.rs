@@ -201,7 +201,7 @@ impl Shared {
 /// A running Claude Code CLI.
 pub struct ClaudeSession {
     shared: Arc<Shared>,
-    frames: mpsc::Receiver<Result<Frame, SessionError>>,
+    frames: tokio::sync::Mutex<mpsc::Receiver<Result<Frame, SessionError>>>,
     child: Arc<tokio::sync::Mutex<ChildGuard>>,
     pgid: Option<i32>,
     opts: SessionOptions,
@@ -282,7 +282,7 @@ impl ClaudeSession {
         ));
         Ok(ClaudeSession {
             shared,
-            frames: rx,
+            frames: tokio::sync::Mutex::new(rx),
             child,
             pgid,
             opts,
@@ -296,7 +296,18 @@ impl ClaudeSession {
 
     /// The next frame, a per-frame error, or `None` after the CLI's exit was reported.
     pub async fn next_frame(&mut self) -> Option<Result<Frame, SessionError>> {
-        self.frames.recv().await
+        self.frames.get_mut().recv().await
+    }
+
+    /// As [`ClaudeSession::next_frame`], through a shared reference, so one task can read a
+    /// turn while another interrupts it. Concurrent readers take turns frame by frame.
+    pub async fn recv_frame(&self) -> Option<Result<Frame, SessionError>> {
+        self.frames.lock().await.recv().await
+    }
+
+    /// Whether the CLI has exited (its exit was seen on stdout).
+    pub fn has_exited(&self) -> bool {
+        lock(&self.shared.ended).is_some()
     }
 
     /// Reads frames until the turn's `result` frame, which is returned last. Frames of other
@@ -502,7 +513,7 @@ impl ClaudeSession {
         *self.shared.stdin.lock().await = None;
         let timeout = self.opts.close_timeout;
         let drained = tokio::time::timeout(timeout, async {
-            while let Some(item) = self.frames.recv().await {
+            while let Some(item) = self.frames.get_mut().recv().await {
                 if let Err(e @ SessionError::Exited { .. }) = item {
                     return Some(e);
                 }

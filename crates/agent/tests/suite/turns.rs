@@ -291,3 +291,126 @@ async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
     );
     assert!(s.confirm_tool("nope", Confirmation::Approve).is_err());
 }
+
+/// Waits until the fake has seen `n` message requests.
+async fn wait_requests(e: &Env, n: usize) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while e.fake.message_requests().len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "upstream never called"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_mid_stream_cancels_the_turn_and_the_upstream_request() {
+    let e = env().await;
+    let (reply, _gate) = Reply::gated("never finishes", 4);
+    e.fake.push(Rule {
+        when: Match::LastUserContains("long".into()),
+        reply,
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("next".into()),
+        reply: Reply::text("still here"),
+        times: None,
+    });
+    let s = Arc::new(e.session(e.opts()));
+    let mut rx = s.subscribe();
+    let turn = tokio::spawn({
+        let s = s.clone();
+        async move { s.send("a long answer").await }
+    });
+    // Abort once text is streaming.
+    loop {
+        let a = tokio::time::timeout(std::time::Duration::from_secs(30), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if serde_json::to_value(&a).unwrap()["type"] == "chat/delta" {
+            break;
+        }
+    }
+    s.abort().await.unwrap();
+    turn.await.unwrap().unwrap();
+    e.fake
+        .wait_disconnects(1, std::time::Duration::from_secs(2))
+        .await
+        .unwrap();
+    s.send("next one").await.unwrap();
+    let state = serde_json::to_value(s.state()).unwrap();
+    assert_eq!(state["turns"][0]["state"], "cancelled");
+    assert_eq!(state["turns"][1]["state"], "complete");
+    assert_eq!(s.materializations(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_change_reaches_the_next_upstream_request() {
+    let e = env().await;
+    let s = e.session(e.opts());
+    s.send("first").await.unwrap();
+    assert_eq!(
+        e.fake.message_requests().last().unwrap().json()["model"],
+        "claude-opus-5.5"
+    );
+    s.set_model("claude-sonnet-4-5").await.unwrap();
+    s.send("second").await.unwrap();
+    assert_eq!(
+        e.fake.message_requests().last().unwrap().json()["model"],
+        "claude-sonnet-4.5"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_killed_mid_turn_errors_the_turn_and_the_next_send_resumes_with_history() {
+    let e = env().await;
+    e.fake.push(Rule {
+        when: Match::LastUserContains("papaya".into()),
+        reply: Reply::text("Papaya it is."),
+        times: None,
+    });
+    let (reply, _gate) = Reply::gated("doomed", 3);
+    e.fake.push(Rule {
+        when: Match::LastUserContains("doomed".into()),
+        reply,
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("which fruit".into()),
+        reply: Reply::text("papaya"),
+        times: None,
+    });
+    let s = Arc::new(e.session(e.opts()));
+    s.send("remember papaya").await.unwrap();
+    let turn = tokio::spawn({
+        let s = s.clone();
+        async move { s.send("doomed turn").await }
+    });
+    wait_requests(&e, 2).await;
+    let pgid = s.cli_pgid().await.unwrap();
+    #[allow(unsafe_code)]
+    // SAFETY: killing the CLI's own process group, as a crash would.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+    assert!(turn.await.unwrap().is_err());
+    let r = s.send("which fruit did I say?").await;
+    r.unwrap();
+    assert_eq!(s.materializations(), 2, "a new CLI resumed the session");
+    let state = serde_json::to_value(s.state()).unwrap();
+    let states: Vec<&str> = state["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["complete", "error", "complete"]);
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(
+        last.contains("remember papaya") && last.contains("Papaya it is."),
+        "history not resumed"
+    );
+}
