@@ -1,6 +1,7 @@
 //! `claude-host`: run Claude Code on a GitHub Copilot plan through a secure local proxy.
 
 mod commands;
+mod run;
 mod sessions;
 mod setup;
 
@@ -48,13 +49,15 @@ enum Command {
     },
     /// Check the CLI, credentials, Copilot reachability and models.
     Doctor,
+    /// Run a Claude session in the terminal: stream the answer, ask for tool permissions.
+    Run(run::RunArgs),
     /// List, show, fork or remove Claude Code sessions on disk.
     Sessions(sessions::SessionsArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let log_to_file = matches!(cli.command, Command::Claude(_));
+    let log_to_file = matches!(cli.command, Command::Claude(_) | Command::Run(_));
     let _log_guard = setup::init_logging(&cli.global, log_to_file);
     // One thread: the proxy is I/O-bound (about 1 µs of CPU per streamed event), and keeping
     // the upstream and downstream halves of a stream on one thread avoids a cross-thread
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
             Command::InstallCli { force } => commands::install_cli(&ctx, force).await,
             Command::Doctor => commands::doctor(&ctx).await,
             Command::Sessions(args) => sessions::run(args),
+            Command::Run(args) => run::run(&ctx, args).await,
         }
     });
     match result {

@@ -381,3 +381,104 @@ async fn sessions_list_show_fork_rm() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no transcript"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_streams_text_and_json_and_denies_tools_without_a_terminal() {
+    let h = Host::new().await;
+    h.fake.push(Rule {
+        when: Match::LastUserContains("hello run".into()),
+        reply: Reply::text_deltas(vec!["Stre".into(), "amed ".into(), "reply".into()]),
+        times: Some(2),
+    });
+    let file = h.cwd().join("blocked.txt");
+    h.fake.push(rule(
+        Match::LastUserContains("write it".into()),
+        Reply::tool_use(
+            "Write",
+            json!({"file_path": file.to_str().unwrap(), "content": "x"}),
+        ),
+    ));
+    h.fake
+        .push(rule(Match::HasToolResult, Reply::text("could not write")));
+    let mut c = h.cmd();
+    c.args(["run", "hello run"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), "Streamed reply");
+
+    let mut c = h.cmd();
+    c.args(["run", "--json", "hello run"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    let types: Vec<String> = stdout(&out)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(types.first().map(String::as_str), Some("chat/turnStarted"));
+    assert_eq!(types.last().map(String::as_str), Some("chat/turnComplete"));
+    assert_eq!(types.iter().filter(|t| *t == "chat/delta").count(), 3);
+
+    let mut c = h.cmd();
+    c.args(["run", "write it"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert!(!file.exists());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no terminal to ask on"));
+    assert!(stdout(&out).contains("could not write"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_under_a_pseudo_terminal_asks_and_a_yes_runs_the_tool() {
+    let h = Host::new().await;
+    let file = h.cwd().join("approved.txt");
+    h.fake.push(rule(
+        Match::LastUserContains("make the file".into()),
+        Reply::tool_use(
+            "Write",
+            json!({"file_path": file.to_str().unwrap(), "content": "ok\n"}),
+        ),
+    ));
+    h.fake
+        .push(rule(Match::HasToolResult, Reply::text("file made")));
+    // `script` gives the command a pseudo-terminal; our stdin (the answer) is typed into it.
+    let inner = format!("{} run 'make the file'", env!("CARGO_BIN_EXE_claude-host"));
+    let mut c = h.cmd();
+    c.env("TERM", "dumb");
+    let mut c = {
+        let mut s = Command::new("script");
+        s.args(["-qec", &inner, "/dev/null"]);
+        for (k, v) in c.get_envs() {
+            if let Some(v) = v {
+                s.env(k, v);
+            }
+        }
+        s.env_remove("CLAUDE_HOST_LOG")
+            .current_dir(h.cwd())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        s
+    };
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let fake = &h.fake;
+    // Answer once the tool call has been asked about (the model's first request is done).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while fake.message_requests().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    use std::io::Write as _;
+    stdin.write_all(b"y\n").unwrap();
+    let out = blocking(move || child.wait_with_output().unwrap()).await;
+    let screen = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{screen}");
+    assert!(screen.contains("Allow Write"), "{screen}");
+    assert!(screen.contains("file made"), "{screen}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "ok\n");
+}
