@@ -6,6 +6,7 @@
 //! long-lived CLI per session, created lazily on the first send.
 
 pub mod mapper;
+pub mod restore;
 mod session;
 
 pub use session::{ChatSession, ChatSessionError, Confirmation};

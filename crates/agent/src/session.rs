@@ -243,6 +243,30 @@ impl ChatSession {
         })
     }
 
+    /// A session restored from an existing Claude session's transcript: its turns are loaded
+    /// into the state, and the first send resumes it (`--resume`).
+    pub fn restore(
+        resource: &str,
+        opts: SessionOptions,
+        config_dir: &std::path::Path,
+        session_id: &str,
+    ) -> Result<ChatSession, ChatSessionError> {
+        let transcript = claude_host_sdk::transcripts::read_session(config_dir, session_id)
+            .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        let turns = crate::restore::turns_from_transcript(&transcript);
+        let session = ChatSession::new(resource, opts)?;
+        *lock(&session.session_id) = Some(session_id.to_owned());
+        let loaded = crate::mapper::action(json!({"type": "chat/turnsLoaded", "turns": turns}))
+            .ok_or_else(|| {
+                ChatSessionError::Start("the transcript's turns do not form valid AHP state".into())
+            })?;
+        session.inner.apply(vec![loaded]);
+        // Later turns must not reuse ids; number them after the restored ones.
+        let restored = lock(&session.inner.reduced).state.turns.len();
+        session.turns.store(restored, Ordering::SeqCst);
+        Ok(session)
+    }
+
     /// Subscribes to the actions applied from now on, in order.
     pub fn subscribe(&self) -> broadcast::Receiver<StateAction> {
         self.inner.actions.subscribe()

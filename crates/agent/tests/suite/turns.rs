@@ -414,3 +414,86 @@ async fn a_cli_killed_mid_turn_errors_the_turn_and_the_next_send_resumes_with_hi
         "history not resumed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_from_a_plain_claude_p_run_is_restored_and_continued() {
+    let e = env().await;
+    let file = e.dir.path().join("work/r.txt");
+    e.fake.push(Rule {
+        when: Match::LastUserContains("write r".into()),
+        reply: Reply::tool_use(
+            "Write",
+            json!({"file_path": file.to_str().unwrap(), "content": "r"}),
+        ),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("File created".into()),
+        reply: Reply::text("Wrote r."),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("what did you".into()),
+        reply: Reply::text("I wrote r.txt"),
+        times: None,
+    });
+    // The user's own `claude -p`, straight through the proxy.
+    let config = e.dir.path().join(".claude");
+    let out = std::process::Command::new(claude_host_testkit::cli::pinned_cli().unwrap())
+        .args([
+            "-p",
+            "please write r",
+            "--permission-mode",
+            "acceptEdits",
+            "--output-format",
+            "json",
+        ])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", e.dir.path())
+        .env("CLAUDE_CONFIG_DIR", &config)
+        .env("ANTHROPIC_BASE_URL", e.proxy.base_url())
+        .env("ANTHROPIC_AUTH_TOKEN", e.proxy.auth_token("plain"))
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .current_dir(e.dir.path().join("work"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let s =
+        claude_host_agent::ChatSession::restore("claude:/chat/restored", e.opts(), &config, &id)
+            .unwrap();
+    assert!(!s.is_materialized());
+    let state = serde_json::to_value(s.state()).unwrap();
+    let turns = state["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{state}");
+    assert_eq!(turns[0]["message"]["text"], "please write r");
+    let parts = turns[0]["responseParts"].as_array().unwrap();
+    let tool = parts.iter().find(|p| p["kind"] == "toolCall").unwrap();
+    assert_eq!(tool["toolCall"]["toolName"], "Write");
+    assert_eq!(tool["toolCall"]["status"], "completed");
+    assert!(
+        parts
+            .iter()
+            .any(|p| p["kind"] == "markdown" && p["content"] == "Wrote r.")
+    );
+
+    s.send("what did you do?").await.unwrap();
+    let state = serde_json::to_value(s.state()).unwrap();
+    assert_eq!(state["turns"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        state["turns"][1]["responseParts"][0]["content"],
+        "I wrote r.txt"
+    );
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(last.contains("please write r"), "resumed with history");
+}
