@@ -85,6 +85,14 @@ pub fn turns_from_transcript(t: &Transcript) -> Vec<Value> {
     turns
 }
 
+/// Whether a transcript entry is a human prompt (which starts a turn).
+pub(crate) fn is_prompt_entry(e: &Map<String, Value>) -> bool {
+    e.get("type").and_then(Value::as_str) == Some("user")
+        && e.get("message")
+            .and_then(|m| m.get("content"))
+            .is_some_and(|c| is_prompt(e, c))
+}
+
 fn is_prompt(e: &Map<String, Value>, content: &Value) -> bool {
     if e.get("isMeta") == Some(&Value::Bool(true))
         || e.get("isSidechain") == Some(&Value::Bool(true))

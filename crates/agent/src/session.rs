@@ -267,6 +267,57 @@ impl ChatSession {
         Ok(session)
     }
 
+    fn config_dir(&self) -> Option<std::path::PathBuf> {
+        self.opts.config_dir.clone().or_else(|| {
+            self.opts
+                .extra_env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "HOME")
+                .map(|(_, v)| std::path::PathBuf::from(v))
+                .or_else(std::env::home_dir)
+                .map(|h| h.join(".claude"))
+        })
+    }
+
+    /// Forks the session keeping its first `keep_turns` turns: a new Claude session (its
+    /// transcript a copy of this one's up to that point) restored as a new chat.
+    pub fn fork(&self, resource: &str, keep_turns: usize) -> Result<ChatSession, ChatSessionError> {
+        let id = self
+            .session_id()
+            .ok_or_else(|| ChatSessionError::Start("nothing to fork yet".into()))?;
+        let config = self
+            .config_dir()
+            .ok_or_else(|| ChatSessionError::Start("no Claude config directory".into()))?;
+        let start = |e: claude_host_sdk::transcripts::TranscriptError| {
+            ChatSessionError::Start(e.to_string())
+        };
+        let t = claude_host_sdk::transcripts::read_session(&config, &id).map_err(start)?;
+        let chain = t.main_chain();
+        // Turns start at human prompts: cut just before the first prompt that is not kept.
+        let next_prompt = chain
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| crate::restore::is_prompt_entry(e))
+            .map(|(i, _)| i)
+            .nth(keep_turns);
+        let up_to = match next_prompt {
+            Some(0) | None if keep_turns == 0 => {
+                return Err(ChatSessionError::Start(
+                    "cannot fork before the first turn".into(),
+                ));
+            }
+            Some(at) => chain[at - 1]
+                .get("uuid")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
+            None => None,
+        };
+        let new_id = claude_host_sdk::transcripts::fork_session(&config, &id, up_to.as_deref())
+            .map_err(start)?;
+        ChatSession::restore(resource, self.opts.clone(), &config, &new_id)
+    }
+
     /// Subscribes to the actions applied from now on, in order.
     pub fn subscribe(&self) -> broadcast::Receiver<StateAction> {
         self.inner.actions.subscribe()

@@ -245,22 +245,21 @@ impl Transcript {
             .iter()
             .filter_map(|e| Some((e.get("uuid")?.as_str()?, e)))
             .collect();
-        let leaf = self
-            .entries
-            .iter()
-            .rev()
-            .find_map(|e| {
-                (e.get("type").and_then(Value::as_str) == Some("last-prompt"))
-                    .then(|| e.get("leafUuid")?.as_str())
-                    .flatten()
-            })
-            .or_else(|| {
-                self.entries
-                    .iter()
-                    .rev()
-                    .filter(|e| e.get("isSidechain") != Some(&Value::Bool(true)))
-                    .find_map(|e| e.get("uuid")?.as_str())
-            });
+        // The leaf is whichever comes last in the file: a `last-prompt` pointer, or a
+        // conversation entry written after it (the CLI updates the pointer lazily).
+        let leaf = self.entries.iter().rev().find_map(|e| {
+            if e.get("type").and_then(Value::as_str) == Some("last-prompt") {
+                return e.get("leafUuid")?.as_str();
+            }
+            let conversational = matches!(
+                e.get("type").and_then(Value::as_str),
+                Some("user" | "assistant" | "attachment" | "system")
+            );
+            if conversational && e.get("isSidechain") != Some(&Value::Bool(true)) {
+                return e.get("uuid")?.as_str();
+            }
+            None
+        });
         let mut chain = Vec::new();
         let mut cur = leaf.and_then(|l| by_uuid.get(l).copied());
         while let Some(e) = cur {

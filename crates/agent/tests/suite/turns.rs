@@ -497,3 +497,46 @@ async fn a_session_from_a_plain_claude_p_run_is_restored_and_continued() {
     let last = e.fake.message_requests().pop().unwrap().json().to_string();
     assert!(last.contains("please write r"), "resumed with history");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_at_turn_one_of_two_gives_a_session_with_one_turn() {
+    let e = env().await;
+    e.fake.push(Rule {
+        when: Match::LastUserContains("turn one".into()),
+        reply: Reply::text("one done"),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("turn two".into()),
+        reply: Reply::text("two done"),
+        times: None,
+    });
+    e.fake.push(Rule {
+        when: Match::LastUserContains("after fork".into()),
+        reply: Reply::text("forked reply"),
+        times: None,
+    });
+    let s = e.session(e.opts());
+    s.send("turn one").await.unwrap();
+    s.send("turn two").await.unwrap();
+    let fork = s.fork("claude:/chat/fork", 1).unwrap();
+    assert_ne!(fork.session_id(), s.session_id());
+    let state = serde_json::to_value(fork.state()).unwrap();
+    let turns = state["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{state}");
+    assert_eq!(turns[0]["message"]["text"], "turn one");
+    fork.send("after fork").await.unwrap();
+    let sent = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(
+        sent.contains("turn one") && !sent.contains("turn two"),
+        "fork kept the wrong history"
+    );
+    // The original is untouched.
+    assert_eq!(
+        serde_json::to_value(s.state()).unwrap()["turns"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
