@@ -221,7 +221,9 @@ impl ChatSession {
             "resource": resource, "title": "", "status": 1, "modifiedAt": now_rfc3339(), "turns": []
         }))
         .map_err(|e| ChatSessionError::Start(format!("empty chat state: {e}")))?;
-        let (actions, _) = broadcast::channel(4096);
+        // The ring is allocated up front (one slot per action); 256 keeps an idle session small,
+        // and a subscriber that falls further behind sees `Lagged` and must resync from state.
+        let (actions, _) = broadcast::channel(256);
         Ok(ChatSession {
             opts,
             inner: Arc::new(Inner {
@@ -345,6 +347,11 @@ impl ChatSession {
 
     async fn live_cli(&self) -> Option<Arc<ClaudeSession>> {
         self.cli.lock().await.clone().filter(|c| !c.has_exited())
+    }
+
+    /// Starts the CLI now (`warm: true`), so the first prompt does not pay its start-up.
+    pub async fn warm(&self) -> Result<(), ChatSessionError> {
+        self.materialize().await.map(|_| ())
     }
 
     /// The process group of the live CLI, if one runs.
