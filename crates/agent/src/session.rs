@@ -153,20 +153,26 @@ impl Callbacks for Bridge {
             tracing::warn!(%tool_call_id, "permission asked for a tool call that never appeared");
         }
         let (tx, rx) = oneshot::channel();
-        lock(&inner.waiting).insert(tool_call_id.clone(), tx);
-        lock(&inner.reduced).asked.insert(tool_call_id.clone());
-        let title = request
-            .get("title")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| format!("Allow {tool}?"));
-        inner.apply(
-            action(json!({"type": "chat/toolCallReady", "turnId": turn, "toolCallId": tool_call_id,
-                "invocationMessage": request.get("description").and_then(Value::as_str).unwrap_or(&tool),
-                "toolInput": input.to_string(), "confirmationTitle": title}))
-            .into_iter()
-            .collect(),
-        );
+        // Holding `waiting` until the state shows the confirmation: whoever sees the request
+        // waiting also sees it pending in the state, and can settle it.
+        {
+            let mut waiting = lock(&inner.waiting);
+            lock(&inner.reduced).asked.insert(tool_call_id.clone());
+            let title = request
+                .get("title")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("Allow {tool}?"));
+            inner.apply(
+                action(json!({"type": "chat/toolCallReady", "turnId": turn, "toolCallId": tool_call_id,
+                    "invocationMessage": request.get("description").and_then(Value::as_str).unwrap_or(&tool),
+                    "toolInput": input.to_string(), "confirmationTitle": title}))
+                .into_iter()
+                .collect(),
+            );
+            waiting.insert(tool_call_id.clone(), tx);
+        }
+        inner.changed.notify_waiters();
         let decision = tokio::select! {
             d = rx => d.unwrap_or(Confirmation::Deny),
             () = cancel.cancelled() => Confirmation::Deny,
