@@ -115,6 +115,7 @@ struct State {
     config: FakeConfig,
     url: String,
     requests: Mutex<Vec<CapturedRequest>>,
+    request_notify: tokio::sync::Notify,
     rules: Mutex<Vec<(Rule, usize)>>,
     default_reply: Mutex<Reply>,
     mints: AtomicUsize,
@@ -170,6 +171,7 @@ impl FakeUpstream {
             config,
             url: format!("http://{addr}"),
             requests: Mutex::new(Vec::new()),
+            request_notify: tokio::sync::Notify::new(),
             rules: Mutex::new(Vec::new()),
             default_reply: Mutex::new(Reply::text("ok")),
             mints: AtomicUsize::new(0),
@@ -287,6 +289,25 @@ impl FakeUpstream {
         t.refresh_in = refresh_in_secs;
     }
 
+    /// Waits until at least `n` `POST /v1/messages` requests have arrived.
+    pub async fn wait_message_requests(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        let wait = async {
+            loop {
+                let notified = self.state.request_notify.notified();
+                if self.message_requests().len() >= n {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.with_context(|| {
+            format!(
+                "{} of {n} message requests after {timeout:?}",
+                self.message_requests().len()
+            )
+        })
+    }
+
     /// Client disconnects (a reply body dropped before it finished) so far.
     pub fn disconnects(&self) -> usize {
         self.state.disconnects.load(Ordering::SeqCst)
@@ -402,6 +423,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         received_at: Instant::now(),
     };
     lock(&state.requests).push(captured.clone());
+    state.request_notify.notify_waiters();
     let auth = captured.header("authorization").unwrap_or("").to_owned();
     let github_ok = auth == format!("token {}", state.config.github_token)
         || auth == format!("Bearer {}", state.config.github_token);

@@ -292,18 +292,6 @@ async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
     assert!(s.confirm_tool("nope", Confirmation::Approve).is_err());
 }
 
-/// Waits until the fake has seen `n` message requests.
-async fn wait_requests(e: &Env, n: usize) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while e.fake.message_requests().len() < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "upstream never called"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_mid_stream_cancels_the_turn_and_the_upstream_request() {
     let e = env().await;
@@ -389,7 +377,10 @@ async fn a_cli_killed_mid_turn_errors_the_turn_and_the_next_send_resumes_with_hi
         let s = s.clone();
         async move { s.send("doomed turn").await }
     });
-    wait_requests(&e, 2).await;
+    e.fake
+        .wait_message_requests(2, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
     let pgid = s.cli_pgid().await.unwrap();
     #[allow(unsafe_code)]
     // SAFETY: killing the CLI's own process group, as a crash would.

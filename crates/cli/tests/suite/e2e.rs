@@ -229,15 +229,10 @@ async fn killing_the_cli_mid_stream_cancels_the_upstream_request() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let fake = &h.fake;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while fake.message_requests().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the CLI never called the upstream"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    h.fake
+        .wait_message_requests(1, Duration::from_secs(20))
+        .await
+        .expect("the CLI never called the upstream");
     cli.kill().unwrap();
     cli.wait().unwrap();
     h.fake
@@ -466,13 +461,12 @@ async fn run_under_a_pseudo_terminal_asks_and_a_yes_runs_the_tool() {
     };
     let mut child = c.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let fake = &h.fake;
-    // Answer once the tool call has been asked about (the model's first request is done).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while fake.message_requests().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Answer once the model's first request (the tool call) is done; the terminal buffers
+    // the line until the prompt reads it.
+    h.fake
+        .wait_message_requests(1, Duration::from_secs(30))
+        .await
+        .unwrap();
     use std::io::Write as _;
     stdin.write_all(b"y\n").unwrap();
     let out = blocking(move || child.wait_with_output().unwrap()).await;

@@ -107,14 +107,3 @@ pub(crate) fn parse_sse(bytes: &[u8]) -> Vec<(String, Value)> {
         })
         .collect()
 }
-
-pub(crate) async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}

@@ -217,11 +217,10 @@ async fn a_disconnect_before_the_first_event_cancels_too() {
             .await
     });
     // Wait until the proxy's request reached the fake, then hang up.
-    let fake = &e.fake;
-    wait_until("the upstream request", Duration::from_secs(5), || {
-        !fake.message_requests().is_empty()
-    })
-    .await;
+    e.fake
+        .wait_message_requests(1, Duration::from_secs(5))
+        .await
+        .unwrap();
     task.abort();
     e.fake
         .wait_disconnects(1, Duration::from_secs(1))
