@@ -52,6 +52,12 @@ struct Inner {
     waiting: Mutex<HashMap<String, oneshot::Sender<Confirmation>>>,
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -211,6 +217,11 @@ pub struct ChatSession {
     model: Mutex<Option<String>>,
     materializations: AtomicUsize,
     turns: AtomicUsize,
+    /// Where the host's overlay (title, model, mode, cwd, times) is kept, if anywhere.
+    store: Option<Arc<dyn claude_host_store::Store>>,
+    /// The first prompt, the default title.
+    first_prompt: Mutex<Option<String>>,
+    created_at: i64,
 }
 
 impl std::fmt::Debug for ChatSession {
@@ -248,6 +259,9 @@ impl ChatSession {
             model: Mutex::new(None),
             materializations: AtomicUsize::new(0),
             turns: AtomicUsize::new(0),
+            store: None,
+            first_prompt: Mutex::new(None),
+            created_at: now_ms(),
         })
     }
 
@@ -355,6 +369,41 @@ impl ChatSession {
         self.cli.lock().await.clone().filter(|c| !c.has_exited())
     }
 
+    /// Keeps this session's overlay in `store` (written after each turn, never before the
+    /// first send).
+    pub fn with_store(mut self, store: Arc<dyn claude_host_store::Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    async fn save_overlay(&self) {
+        let (Some(store), Some(id)) = (&self.store, self.session_id()) else {
+            return;
+        };
+        let existing = store.get(&id).await.ok().flatten();
+        let title = existing.as_ref().and_then(|r| r.title.clone()).or_else(|| {
+            lock(&self.first_prompt)
+                .as_ref()
+                .map(|p| p.chars().take(80).collect())
+        });
+        let record = claude_host_store::SessionRecord {
+            id,
+            title,
+            model: lock(&self.model)
+                .clone()
+                .or_else(|| self.opts.model.clone()),
+            effort: existing.as_ref().and_then(|r| r.effort.clone()),
+            permission_mode: self.opts.permission_mode.clone(),
+            cwd: self.opts.cwd.display().to_string(),
+            created_at: existing.as_ref().map_or(self.created_at, |r| r.created_at),
+            updated_at: now_ms(),
+            archived: existing.is_some_and(|r| r.archived),
+        };
+        if let Err(e) = store.put(&record).await {
+            tracing::warn!(error = %e, "could not save the session overlay");
+        }
+    }
+
     /// Starts the CLI now (`warm: true`), so the first prompt does not pay its start-up.
     pub async fn warm(&self) -> Result<(), ChatSessionError> {
         self.materialize().await.map(|_| ())
@@ -454,8 +503,10 @@ impl ChatSession {
         *lock(&self.inner.turn) = Some(turn_id.clone());
         let (mut mapper, started) = TurnMapper::start(&turn_id, prompt);
         self.inner.apply(started);
+        lock(&self.first_prompt).get_or_insert_with(|| prompt.to_owned());
         let result = self.run_turn(&cli, &mut mapper, prompt).await;
         *lock(&self.inner.turn) = None;
+        self.save_overlay().await;
         result.map(|()| turn_id)
     }
 

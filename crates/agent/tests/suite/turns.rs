@@ -531,3 +531,39 @@ async fn fork_at_turn_one_of_two_gives_a_session_with_one_turn() {
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_overlay_is_written_after_turns_and_not_before() {
+    use claude_host_store::{SqliteStore, Store};
+    let e = env().await;
+    let store = Arc::new(
+        SqliteStore::open(&e.dir.path().join("host.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let mut opts = e.opts();
+    opts.permission_mode = Some("acceptEdits".into());
+    let s = e.session(opts).with_store(store.clone());
+    assert!(
+        store.list(true).await.unwrap().is_empty(),
+        "provisional sessions write nothing"
+    );
+    s.send("summarize the repository layout").await.unwrap();
+    let id = s.session_id().unwrap();
+    let r = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(r.title.as_deref(), Some("summarize the repository layout"));
+    assert_eq!(r.permission_mode.as_deref(), Some("acceptEdits"));
+    assert!(r.cwd.ends_with("work"));
+    let first_update = r.updated_at;
+    s.set_model("claude-sonnet-4-5").await.unwrap();
+    s.send("and again").await.unwrap();
+    let r = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        r.title.as_deref(),
+        Some("summarize the repository layout"),
+        "the title stays"
+    );
+    assert_eq!(r.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert!(r.updated_at >= first_update);
+    assert_eq!(store.list(false).await.unwrap().len(), 1);
+}
