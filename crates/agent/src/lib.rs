@@ -9,4 +9,4 @@ pub mod mapper;
 pub mod restore;
 mod session;
 
-pub use session::{ChatSession, ChatSessionError, Confirmation};
+pub use session::{ChatSession, ChatSessionError, Confirmation, InputReply};

@@ -307,6 +307,14 @@ impl TurnMapper {
         out.into_iter().filter_map(action).collect()
     }
 
+    /// The turn was aborted and its CLI stopped before a `result`: a cancellation.
+    pub fn cancel(&mut self) -> Vec<StateAction> {
+        self.finished = true;
+        action(json!({"type": "chat/turnCancelled", "turnId": self.turn_id, "duration": self.duration_ms()}))
+            .into_iter()
+            .collect()
+    }
+
     /// The turn ended without a `result` (the CLI died): an error action.
     pub fn fail(&mut self, message: &str) -> Vec<StateAction> {
         self.finished = true;

@@ -4,13 +4,13 @@
 use crate::mapper::{TurnMapper, action, now_rfc3339};
 use ahp::reducers::{ReduceOutcome, apply_action_to_chat};
 use ahp_types::actions::StateAction;
-use ahp_types::state::ChatState;
+use ahp_types::state::{ChatInputAnswer, ChatInputAnswerValue, ChatInputResponseKind, ChatState};
 use claude_host_protocol::stream_json::FrameKind;
 use claude_host_sdk::CancellationToken;
 use claude_host_sdk::{Callbacks, ClaudeSession, PermissionResult, SessionError, SessionOptions};
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast, oneshot};
@@ -24,9 +24,12 @@ pub enum ChatSessionError {
     /// The CLI failed during the turn.
     #[error(transparent)]
     Session(#[from] SessionError),
-    /// No tool call with this id is waiting for confirmation.
-    #[error("no tool call {0} is waiting for confirmation")]
+    /// No tool call or input request with this id is waiting.
+    #[error("nothing with id {0} is waiting for the client")]
     NotPending(String),
+    /// The session was closed.
+    #[error("the session is closed")]
+    Closed,
 }
 
 /// The client's decision on a tool call.
@@ -36,6 +39,29 @@ pub enum Confirmation {
     Approve,
     /// Do not run it.
     Deny,
+}
+
+/// A client's answer to an input request (`AskUserQuestion`).
+#[derive(Debug, Clone)]
+pub struct InputReply {
+    /// Accept, decline or cancel.
+    pub response: ChatInputResponseKind,
+    /// Answers keyed by question id.
+    pub answers: HashMap<String, ChatInputAnswer>,
+}
+
+/// What a parked CLI callback waits for.
+enum Waiter {
+    Tool(oneshot::Sender<Confirmation>),
+    Input(oneshot::Sender<InputReply>),
+}
+
+/// What the session applies to its CLI beyond the spawn options; replayed on every new CLI.
+#[derive(Debug, Clone, Default)]
+struct Settings {
+    model: Option<String>,
+    effort: Option<String>,
+    permission_mode: Option<String>,
 }
 
 struct Reduced {
@@ -49,7 +75,8 @@ struct Inner {
     changed: Notify,
     actions: broadcast::Sender<StateAction>,
     turn: Mutex<Option<String>>,
-    waiting: Mutex<HashMap<String, oneshot::Sender<Confirmation>>>,
+    waiting: Mutex<HashMap<String, Waiter>>,
+    settings: Mutex<Settings>,
 }
 
 fn now_ms() -> i64 {
@@ -94,6 +121,17 @@ impl Inner {
         self.changed.notify_waiters();
     }
 
+    /// The input of a tool call of the active turn, as the model sent it.
+    fn tool_input(&self, tool_call_id: &str) -> Option<Value> {
+        let r = lock(&self.reduced);
+        let parts = serde_json::to_value(&r.state.active_turn.as_ref()?.response_parts).ok()?;
+        let call = parts
+            .as_array()?
+            .iter()
+            .find(|p| p["toolCall"]["toolCallId"] == tool_call_id)?;
+        serde_json::from_str(call["toolCall"]["toolInput"].as_str()?).ok()
+    }
+
     fn has_tool_call(&self, tool_call_id: &str) -> bool {
         let r = lock(&self.reduced);
         let Some(active) = &r.state.active_turn else {
@@ -113,40 +151,98 @@ impl Inner {
 /// Routes the CLI's permission requests into the chat state.
 struct Bridge(Weak<Inner>);
 
-#[async_trait::async_trait]
-impl Callbacks for Bridge {
-    async fn can_use_tool(
-        &self,
-        request: Map<String, Value>,
-        cancel: CancellationToken,
-    ) -> PermissionResult {
-        let deny = |m: &str| PermissionResult::Deny {
-            message: m.into(),
-            interrupt: false,
-        };
-        let Some(inner) = self.0.upgrade() else {
-            return deny("session closed");
-        };
-        let Some(turn) = lock(&inner.turn).clone() else {
-            return deny("no turn in progress");
-        };
-        let tool_call_id = request
-            .get("tool_use_id")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let input = request.get("input").cloned().unwrap_or(json!({}));
-        let tool = request
-            .get("tool_name")
-            .and_then(Value::as_str)
-            .unwrap_or("tool")
-            .to_owned();
-        // Frames and control requests travel separately; wait until the tool call the request
-        // is about has reached the state.
+/// What the model is told when the user says no (VS Code's wording).
+const DECLINED: &str = "User declined";
+const PLAN_DECLINED: &str = "The user declined the plan, maybe ask why?";
+const QUESTION_CANCELLED: &str = "The user cancelled the question";
+
+fn deny(message: &str) -> PermissionResult {
+    PermissionResult::Deny {
+        message: message.into(),
+        interrupt: false,
+    }
+}
+
+fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// `AskUserQuestion`'s questions as AHP input questions (ids are the question positions).
+fn input_questions(input: &Value) -> Vec<Value> {
+    input["questions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let options: Vec<Value> = q["options"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|o| {
+                    let label = str_field(o, "label")?;
+                    let mut opt = json!({"id": label, "label": label});
+                    if let Some(d) = str_field(o, "description") {
+                        opt["description"] = json!(d);
+                    }
+                    Some(opt)
+                })
+                .collect();
+            let multi = q["multiSelect"].as_bool().unwrap_or(false);
+            let mut question = json!({
+                "kind": if multi { "multi-select" } else { "single-select" },
+                "id": i.to_string(),
+                "message": str_field(q, "question").unwrap_or(""),
+                "required": true,
+                "options": options,
+                // Claude offers "Other" on every question.
+                "allowFreeformInput": true,
+            });
+            if let Some(h) = str_field(q, "header") {
+                question["title"] = json!(h);
+            }
+            question
+        })
+        .collect()
+}
+
+/// The text the CLI expects for one answer.
+fn answer_text(answer: &ChatInputAnswer) -> Option<String> {
+    let value = match answer {
+        ChatInputAnswer::Submitted(a) | ChatInputAnswer::Draft(a) => &a.value,
+        ChatInputAnswer::Skipped(_) => return None,
+    };
+    let with_freeform = |mut picked: Vec<String>, free: &Option<Vec<String>>| {
+        picked.extend(free.iter().flatten().filter(|f| !f.is_empty()).cloned());
+        picked.join(", ")
+    };
+    Some(match value {
+        ChatInputAnswerValue::Text(t) => t.value.clone(),
+        ChatInputAnswerValue::Number(n) => n.value.to_string(),
+        ChatInputAnswerValue::Boolean(b) => if b.value { "Yes" } else { "No" }.to_owned(),
+        ChatInputAnswerValue::Selected(s) => {
+            let picked = if s.value.is_empty() {
+                Vec::new()
+            } else {
+                vec![s.value.clone()]
+            };
+            with_freeform(picked, &s.freeform_values)
+        }
+        ChatInputAnswerValue::SelectedMany(s) => with_freeform(s.value.clone(), &s.freeform_values),
+        ChatInputAnswerValue::Unknown(v) => v.to_string(),
+    })
+}
+
+impl Bridge {
+    /// Waits until the tool call a control request is about has reached the state (frames
+    /// and control requests travel separately).
+    async fn wait_for_tool_call(inner: &Inner, tool_call_id: &str) {
         let known = async {
             loop {
                 let changed = inner.changed.notified();
-                if inner.has_tool_call(&tool_call_id) {
+                if inner.has_tool_call(tool_call_id) {
                     return;
                 }
                 changed.await;
@@ -158,32 +254,36 @@ impl Callbacks for Bridge {
         {
             tracing::warn!(%tool_call_id, "permission asked for a tool call that never appeared");
         }
+    }
+
+    /// Shows a pending confirmation and waits for the client's decision.
+    async fn confirm(
+        inner: &Inner,
+        turn: &str,
+        tool_call_id: &str,
+        shown: Value,
+        cancel: &CancellationToken,
+    ) -> bool {
         let (tx, rx) = oneshot::channel();
         // Holding `waiting` until the state shows the confirmation: whoever sees the request
         // waiting also sees it pending in the state, and can settle it.
         {
             let mut waiting = lock(&inner.waiting);
-            lock(&inner.reduced).asked.insert(tool_call_id.clone());
-            let title = request
-                .get("title")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("Allow {tool}?"));
-            inner.apply(
-                action(json!({"type": "chat/toolCallReady", "turnId": turn, "toolCallId": tool_call_id,
-                    "invocationMessage": request.get("description").and_then(Value::as_str).unwrap_or(&tool),
-                    "toolInput": input.to_string(), "confirmationTitle": title}))
-                .into_iter()
-                .collect(),
-            );
-            waiting.insert(tool_call_id.clone(), tx);
+            lock(&inner.reduced).asked.insert(tool_call_id.to_owned());
+            let mut ready =
+                json!({"type": "chat/toolCallReady", "turnId": turn, "toolCallId": tool_call_id});
+            if let (Some(r), Value::Object(extra)) = (ready.as_object_mut(), shown) {
+                r.extend(extra);
+            }
+            inner.apply(action(ready).into_iter().collect());
+            waiting.insert(tool_call_id.to_owned(), Waiter::Tool(tx));
         }
         inner.changed.notify_waiters();
         let decision = tokio::select! {
             d = rx => d.unwrap_or(Confirmation::Deny),
             () = cancel.cancelled() => Confirmation::Deny,
         };
-        lock(&inner.waiting).remove(&tool_call_id);
+        lock(&inner.waiting).remove(tool_call_id);
         let approved = decision == Confirmation::Approve;
         let mut confirmed = json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": tool_call_id, "approved": approved});
         if approved {
@@ -192,20 +292,143 @@ impl Callbacks for Bridge {
             confirmed["reason"] = json!("denied");
         }
         inner.apply(action(confirmed).into_iter().collect());
-        if approved {
-            PermissionResult::Allow {
-                updated_input: input,
-                updated_permissions: None,
+        approved
+    }
+
+    /// `AskUserQuestion`: an input request; the answers go back keyed by question text.
+    async fn ask(
+        inner: &Inner,
+        tool_call_id: &str,
+        input: Value,
+        cancel: &CancellationToken,
+    ) -> PermissionResult {
+        let questions = input_questions(&input);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiting = lock(&inner.waiting);
+            inner.apply(
+                action(json!({"type": "chat/inputRequested", "request": {
+                    "id": tool_call_id, "questions": questions}}))
+                .into_iter()
+                .collect(),
+            );
+            waiting.insert(tool_call_id.to_owned(), Waiter::Input(tx));
+        }
+        inner.changed.notify_waiters();
+        let reply = tokio::select! {
+            r = rx => r.ok(),
+            () = cancel.cancelled() => None,
+        };
+        lock(&inner.waiting).remove(tool_call_id);
+        let reply = reply.unwrap_or(InputReply {
+            response: ChatInputResponseKind::Cancel,
+            answers: HashMap::new(),
+        });
+        let mut completed = json!({"type": "chat/inputCompleted", "requestId": tool_call_id,
+            "response": reply.response});
+        if !reply.answers.is_empty() {
+            completed["answers"] = json!(reply.answers);
+        }
+        inner.apply(action(completed).into_iter().collect());
+        if reply.response != ChatInputResponseKind::Accept {
+            return deny(QUESTION_CANCELLED);
+        }
+        let mut answers = Map::new();
+        for (i, q) in input["questions"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            if let (Some(text), Some(a)) = (
+                str_field(q, "question"),
+                reply.answers.get(&i.to_string()).and_then(answer_text),
+            ) {
+                answers.insert(text.to_owned(), json!(a));
             }
-        } else {
-            deny("User declined")
+        }
+        let mut updated = input;
+        updated["answers"] = Value::Object(answers);
+        PermissionResult::Allow {
+            updated_input: updated,
+            updated_permissions: None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Callbacks for Bridge {
+    async fn can_use_tool(
+        &self,
+        request: Map<String, Value>,
+        cancel: CancellationToken,
+    ) -> PermissionResult {
+        let Some(inner) = self.0.upgrade() else {
+            return deny("Session is no longer active");
+        };
+        let Some(turn) = lock(&inner.turn).clone() else {
+            return deny("no turn in progress");
+        };
+        let request = Value::Object(request);
+        let tool_call_id = str_field(&request, "tool_use_id").unwrap_or("").to_owned();
+        let input = request.get("input").cloned().unwrap_or(json!({}));
+        let tool = str_field(&request, "tool_name")
+            .unwrap_or("tool")
+            .to_owned();
+        Bridge::wait_for_tool_call(&inner, &tool_call_id).await;
+        match tool.as_str() {
+            "AskUserQuestion" => Bridge::ask(&inner, &tool_call_id, input, &cancel).await,
+            "ExitPlanMode" => {
+                // The CLI hands over an empty input; the plan is in the model's tool call.
+                let plan = str_field(&input, "plan")
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        inner
+                            .tool_input(&tool_call_id)
+                            .and_then(|i| str_field(&i, "plan").map(str::to_owned))
+                    })
+                    .unwrap_or_default();
+                let shown = json!({"invocationMessage": plan, "toolInput": input.to_string(),
+                    "confirmationTitle": "Approve this plan and start editing?"});
+                if Bridge::confirm(&inner, &turn, &tool_call_id, shown, &cancel).await {
+                    // The CLI applies the mode change itself; calling `set_permission_mode` from
+                    // inside `can_use_tool` would deadlock its control channel.
+                    lock(&inner.settings).permission_mode = Some("acceptEdits".into());
+                    PermissionResult::Allow {
+                        updated_input: input,
+                        updated_permissions: Some(json!([{"type": "setMode",
+                            "mode": "acceptEdits", "destination": "session"}])),
+                    }
+                } else {
+                    deny(PLAN_DECLINED)
+                }
+            }
+            _ => {
+                let title = str_field(&request, "title")
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("Allow {tool}?"));
+                let shown = json!({
+                    "invocationMessage": str_field(&request, "description").unwrap_or(&tool),
+                    "toolInput": input.to_string(), "confirmationTitle": title});
+                if Bridge::confirm(&inner, &turn, &tool_call_id, shown, &cancel).await {
+                    PermissionResult::Allow {
+                        updated_input: input,
+                        updated_permissions: None,
+                    }
+                } else {
+                    deny(DECLINED)
+                }
+            }
         }
     }
 }
 
 /// One chat backed by one Claude Code process.
 pub struct ChatSession {
-    opts: SessionOptions,
+    /// How the CLI is started; changing what the CLI loads (tools, MCP servers, plugins)
+    /// restarts it before the next turn.
+    opts: Mutex<SessionOptions>,
     inner: Arc<Inner>,
     /// The live CLI; the lock also makes concurrent first sends start exactly one.
     cli: tokio::sync::Mutex<Option<Arc<ClaudeSession>>>,
@@ -213,8 +436,17 @@ pub struct ChatSession {
     turn_lock: tokio::sync::Mutex<()>,
     /// The Claude session id, once the CLI reported it (used to resume after a crash).
     session_id: Mutex<Option<String>>,
-    /// The model chosen mid-session, replayed on a restarted CLI.
-    model: Mutex<Option<String>>,
+    /// The CLI's inputs changed: the next send starts a new CLI resuming this session.
+    restart_needed: AtomicBool,
+    /// A truncation point (message uuid) for the next CLI: `--resume-session-at`.
+    resume_at: Mutex<Option<String>>,
+    /// An abort is in progress: a CLI exit now ends the turn as cancelled, not failed.
+    aborting: AtomicBool,
+    /// Steering messages sent into the running turn and not yet seen consumed.
+    steering: Mutex<Vec<String>>,
+    /// How long an interrupted turn may take to settle before the CLI is killed.
+    abort_grace: Duration,
+    closed: AtomicBool,
     materializations: AtomicUsize,
     turns: AtomicUsize,
     /// Where the host's overlay (title, model, mode, cwd, times) is kept, if anywhere.
@@ -230,6 +462,24 @@ impl std::fmt::Debug for ChatSession {
     }
 }
 
+/// Settles every parked callback as refused: tools denied, questions cancelled.
+fn refuse_all(inner: &Inner) {
+    let parked: Vec<Waiter> = lock(&inner.waiting).drain().map(|(_, w)| w).collect();
+    for w in parked {
+        match w {
+            Waiter::Tool(tx) => {
+                let _ = tx.send(Confirmation::Deny);
+            }
+            Waiter::Input(tx) => {
+                let _ = tx.send(InputReply {
+                    response: ChatInputResponseKind::Cancel,
+                    answers: HashMap::new(),
+                });
+            }
+        }
+    }
+}
+
 impl ChatSession {
     /// A provisional session: no process is started and nothing is written until the first
     /// send.
@@ -241,8 +491,13 @@ impl ChatSession {
         // The ring is allocated up front (one slot per action); 256 keeps an idle session small,
         // and a subscriber that falls further behind sees `Lagged` and must resync from state.
         let (actions, _) = broadcast::channel(256);
+        let settings = Settings {
+            model: opts.model.clone(),
+            effort: opts.effort.clone(),
+            permission_mode: opts.permission_mode.clone(),
+        };
         Ok(ChatSession {
-            opts,
+            opts: Mutex::new(opts),
             inner: Arc::new(Inner {
                 reduced: Mutex::new(Reduced {
                     state,
@@ -252,11 +507,17 @@ impl ChatSession {
                 actions,
                 turn: Mutex::new(None),
                 waiting: Mutex::new(HashMap::new()),
+                settings: Mutex::new(settings),
             }),
             cli: tokio::sync::Mutex::new(None),
             turn_lock: tokio::sync::Mutex::new(()),
             session_id: Mutex::new(None),
-            model: Mutex::new(None),
+            restart_needed: AtomicBool::new(false),
+            resume_at: Mutex::new(None),
+            aborting: AtomicBool::new(false),
+            steering: Mutex::new(Vec::new()),
+            abort_grace: Duration::from_secs(5),
+            closed: AtomicBool::new(false),
             materializations: AtomicUsize::new(0),
             turns: AtomicUsize::new(0),
             store: None,
@@ -289,10 +550,27 @@ impl ChatSession {
         Ok(session)
     }
 
+    /// How long an aborted turn may take to settle before the CLI is killed (default 5 s).
+    pub fn with_abort_grace(mut self, grace: Duration) -> Self {
+        self.abort_grace = grace;
+        self
+    }
+
+    /// Keeps this session's overlay in `store` (written after each turn, never before the
+    /// first send).
+    pub fn with_store(mut self, store: Arc<dyn claude_host_store::Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    fn opts(&self) -> SessionOptions {
+        lock(&self.opts).clone()
+    }
+
     fn config_dir(&self) -> Option<std::path::PathBuf> {
-        self.opts.config_dir.clone().or_else(|| {
-            self.opts
-                .extra_env
+        let opts = self.opts();
+        opts.config_dir.clone().or_else(|| {
+            opts.extra_env
                 .iter()
                 .rev()
                 .find(|(k, _)| k == "HOME")
@@ -302,19 +580,20 @@ impl ChatSession {
         })
     }
 
-    /// Forks the session keeping its first `keep_turns` turns: a new Claude session (its
-    /// transcript a copy of this one's up to that point) restored as a new chat.
-    pub fn fork(&self, resource: &str, keep_turns: usize) -> Result<ChatSession, ChatSessionError> {
+    /// The uuid of the last transcript entry of the first `keep_turns` turns (`None`: keep
+    /// everything), for a fork or a truncation.
+    fn turn_anchor(
+        &self,
+        keep_turns: usize,
+    ) -> Result<(std::path::PathBuf, String, Option<String>), ChatSessionError> {
         let id = self
             .session_id()
-            .ok_or_else(|| ChatSessionError::Start("nothing to fork yet".into()))?;
+            .ok_or_else(|| ChatSessionError::Start("the session has no turns yet".into()))?;
         let config = self
             .config_dir()
             .ok_or_else(|| ChatSessionError::Start("no Claude config directory".into()))?;
-        let start = |e: claude_host_sdk::transcripts::TranscriptError| {
-            ChatSessionError::Start(e.to_string())
-        };
-        let t = claude_host_sdk::transcripts::read_session(&config, &id).map_err(start)?;
+        let t = claude_host_sdk::transcripts::read_session(&config, &id)
+            .map_err(|e| ChatSessionError::Start(e.to_string()))?;
         let chain = t.main_chain();
         // Turns start at human prompts: cut just before the first prompt that is not kept.
         let next_prompt = chain
@@ -323,21 +602,78 @@ impl ChatSession {
             .filter(|(_, e)| crate::restore::is_prompt_entry(e))
             .map(|(i, _)| i)
             .nth(keep_turns);
-        let up_to = match next_prompt {
-            Some(0) | None if keep_turns == 0 => {
-                return Err(ChatSessionError::Start(
-                    "cannot fork before the first turn".into(),
-                ));
-            }
+        let anchor = match next_prompt {
+            Some(0) => None,
             Some(at) => chain[at - 1]
                 .get("uuid")
-                .and_then(serde_json::Value::as_str)
+                .and_then(Value::as_str)
                 .map(str::to_owned),
-            None => None,
+            None => return Ok((config, id, None)),
         };
+        match anchor {
+            Some(a) => Ok((config, id, Some(a))),
+            None => Err(ChatSessionError::Start(
+                "cannot cut the session before its first turn".into(),
+            )),
+        }
+    }
+
+    /// Forks the session keeping its first `keep_turns` turns: a new Claude session (its
+    /// transcript a copy of this one's up to that point) restored as a new chat.
+    pub fn fork(&self, resource: &str, keep_turns: usize) -> Result<ChatSession, ChatSessionError> {
+        if keep_turns == 0 {
+            return Err(ChatSessionError::Start(
+                "cannot fork before the first turn".into(),
+            ));
+        }
+        let (config, id, up_to) = self.turn_anchor(keep_turns)?;
         let new_id = claude_host_sdk::transcripts::fork_session(&config, &id, up_to.as_deref())
-            .map_err(start)?;
-        ChatSession::restore(resource, self.opts.clone(), &config, &new_id)
+            .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        let mut opts = self.opts();
+        let s = lock(&self.inner.settings).clone();
+        opts.model = s.model;
+        opts.effort = s.effort;
+        opts.permission_mode = s.permission_mode;
+        ChatSession::restore(resource, opts, &config, &new_id)
+    }
+
+    /// Cuts the session back to its first `keep_turns` turns, in place: the state drops the
+    /// later turns and the next send resumes the same Claude session at that point
+    /// (`--resume-session-at`). Waits for a running turn to end first.
+    pub async fn truncate(&self, keep_turns: usize) -> Result<(), ChatSessionError> {
+        let _turn = self.turn_lock.lock().await;
+        let kept_turn_id = {
+            let r = lock(&self.inner.reduced);
+            if keep_turns >= r.state.turns.len() {
+                return Ok(());
+            }
+            keep_turns
+                .checked_sub(1)
+                .and_then(|i| r.state.turns.get(i))
+                .map(|t| t.id.clone())
+        };
+        if keep_turns == 0 {
+            // Nothing is kept: the next send starts a fresh Claude session.
+            if let Some(cli) = self.cli.lock().await.take() {
+                cli.kill();
+            }
+            if let (Some(config), Some(id)) = (self.config_dir(), self.session_id())
+                && let Err(e) = claude_host_sdk::transcripts::delete_session(&config, &id)
+            {
+                tracing::warn!(error = %e, "could not delete the truncated session's transcript");
+            }
+            *lock(&self.session_id) = None;
+        } else {
+            let (_, _, anchor) = self.turn_anchor(keep_turns)?;
+            *lock(&self.resume_at) = anchor;
+            self.restart_needed.store(true, Ordering::SeqCst);
+        }
+        let mut truncated = json!({"type": "chat/truncated"});
+        if let Some(t) = kept_turn_id {
+            truncated["turnId"] = json!(t);
+        }
+        self.inner.apply(action(truncated).into_iter().collect());
+        Ok(())
     }
 
     /// Subscribes to the actions applied from now on, in order.
@@ -348,6 +684,14 @@ impl ChatSession {
     /// A copy of the reduced state.
     pub fn state(&self) -> ChatState {
         lock(&self.inner.reduced).state.clone()
+    }
+
+    /// A copy of the reduced state and a subscription starting right after it, so a client
+    /// joining mid-turn misses nothing and sees nothing twice.
+    pub fn snapshot_and_subscribe(&self) -> (ChatState, broadcast::Receiver<StateAction>) {
+        // `apply` reduces and broadcasts under the state lock.
+        let r = lock(&self.inner.reduced);
+        (r.state.clone(), self.inner.actions.subscribe())
     }
 
     /// How many times a CLI was started for this session.
@@ -365,15 +709,28 @@ impl ChatSession {
         lock(&self.session_id).clone()
     }
 
-    async fn live_cli(&self) -> Option<Arc<ClaudeSession>> {
-        self.cli.lock().await.clone().filter(|c| !c.has_exited())
+    /// The model chosen for this session, if any (else the CLI's default).
+    pub fn model(&self) -> Option<String> {
+        lock(&self.inner.settings).model.clone()
     }
 
-    /// Keeps this session's overlay in `store` (written after each turn, never before the
-    /// first send).
-    pub fn with_store(mut self, store: Arc<dyn claude_host_store::Store>) -> Self {
-        self.store = Some(store);
-        self
+    /// The reasoning effort chosen for this session, if any.
+    pub fn effort(&self) -> Option<String> {
+        lock(&self.inner.settings).effort.clone()
+    }
+
+    /// The permission mode in force (`None`: the CLI's default).
+    pub fn permission_mode(&self) -> Option<String> {
+        lock(&self.inner.settings).permission_mode.clone()
+    }
+
+    /// The working directory.
+    pub fn cwd(&self) -> std::path::PathBuf {
+        lock(&self.opts).cwd.clone()
+    }
+
+    async fn live_cli(&self) -> Option<Arc<ClaudeSession>> {
+        self.cli.lock().await.clone().filter(|c| !c.has_exited())
     }
 
     async fn save_overlay(&self) {
@@ -386,15 +743,14 @@ impl ChatSession {
                 .as_ref()
                 .map(|p| p.chars().take(80).collect())
         });
+        let settings = lock(&self.inner.settings).clone();
         let record = claude_host_store::SessionRecord {
             id,
             title,
-            model: lock(&self.model)
-                .clone()
-                .or_else(|| self.opts.model.clone()),
-            effort: existing.as_ref().and_then(|r| r.effort.clone()),
-            permission_mode: self.opts.permission_mode.clone(),
-            cwd: self.opts.cwd.display().to_string(),
+            model: settings.model,
+            effort: settings.effort,
+            permission_mode: settings.permission_mode,
+            cwd: self.cwd().display().to_string(),
             created_at: existing.as_ref().map_or(self.created_at, |r| r.created_at),
             updated_at: now_ms(),
             archived: existing.is_some_and(|r| r.archived),
@@ -414,19 +770,50 @@ impl ChatSession {
         self.live_cli().await.and_then(|c| c.pgid())
     }
 
-    /// Interrupts the running turn (it ends as cancelled).
+    fn turn_running(&self) -> bool {
+        lock(&self.inner.turn).is_some()
+    }
+
+    /// Aborts the running turn: parked questions are refused, the CLI is interrupted, and if
+    /// the turn has not ended within the grace period the CLI is killed (the next send
+    /// resumes the session). The turn ends as cancelled.
     pub async fn abort(&self) -> Result<(), ChatSessionError> {
-        if let Some(cli) = self.live_cli().await {
-            cli.interrupt()
-                .await
-                .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        refuse_all(&self.inner);
+        let Some(cli) = self.live_cli().await else {
+            return Ok(());
+        };
+        if !self.turn_running() {
+            return Ok(());
+        }
+        self.aborting.store(true, Ordering::SeqCst);
+        let settled = async {
+            loop {
+                let changed = self.inner.changed.notified();
+                if !self.turn_running() {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        let interrupt = async {
+            if let Err(e) = cli.interrupt().await {
+                tracing::warn!(error = %e, "the CLI did not take the interrupt");
+            }
+            settled.await;
+        };
+        if tokio::time::timeout(self.abort_grace, interrupt)
+            .await
+            .is_err()
+        {
+            tracing::warn!(grace = ?self.abort_grace, "the turn did not settle after an interrupt; killing the CLI");
+            cli.kill();
         }
         Ok(())
     }
 
     /// Changes the model: applied to the live CLI now, and to any CLI started later.
     pub async fn set_model(&self, model: &str) -> Result<(), ChatSessionError> {
-        *lock(&self.model) = Some(model.to_owned());
+        lock(&self.inner.settings).model = Some(model.to_owned());
         if let Some(cli) = self.live_cli().await {
             cli.set_model(Some(model))
                 .await
@@ -435,9 +822,53 @@ impl ChatSession {
         Ok(())
     }
 
+    /// Changes the reasoning effort (`None` clears it): applied to the live CLI now (from its
+    /// next model request), and to any CLI started later.
+    pub async fn set_effort(&self, effort: Option<&str>) -> Result<(), ChatSessionError> {
+        lock(&self.inner.settings).effort = effort.map(str::to_owned);
+        if let Some(cli) = self.live_cli().await {
+            cli.set_effort(effort)
+                .await
+                .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Changes the permission mode (`default`, `acceptEdits`, `plan`, `bypassPermissions`):
+    /// applied to the live CLI now, and to any CLI started later.
+    pub async fn set_permission_mode(&self, mode: &str) -> Result<(), ChatSessionError> {
+        lock(&self.inner.settings).permission_mode = Some(mode.to_owned());
+        if let Some(cli) = self.live_cli().await {
+            cli.set_permission_mode(mode)
+                .await
+                .map_err(|e| ChatSessionError::Start(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Changes what the CLI is started with (tools, MCP servers, plugins, directories). The
+    /// running turn is not disturbed; the next send starts a new CLI resuming this session.
+    pub fn update_options(&self, change: impl FnOnce(&mut SessionOptions)) {
+        change(&mut lock(&self.opts));
+        self.restart_needed.store(true, Ordering::SeqCst);
+    }
+
     /// Tool calls waiting for the client's decision.
     pub fn pending_confirmations(&self) -> Vec<String> {
-        lock(&self.inner.waiting).keys().cloned().collect()
+        lock(&self.inner.waiting)
+            .iter()
+            .filter(|(_, w)| matches!(w, Waiter::Tool(_)))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Input requests (questions) waiting for the client's answers.
+    pub fn pending_inputs(&self) -> Vec<String> {
+        lock(&self.inner.waiting)
+            .iter()
+            .filter(|(_, w)| matches!(w, Waiter::Input(_)))
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Settles a pending tool confirmation.
@@ -446,19 +877,48 @@ impl ChatSession {
         tool_call_id: &str,
         decision: Confirmation,
     ) -> Result<(), ChatSessionError> {
-        let tx = lock(&self.inner.waiting)
-            .remove(tool_call_id)
-            .ok_or_else(|| ChatSessionError::NotPending(tool_call_id.to_owned()))?;
-        tx.send(decision)
-            .map_err(|_| ChatSessionError::NotPending(tool_call_id.to_owned()))
+        let mut waiting = lock(&self.inner.waiting);
+        match waiting.remove(tool_call_id) {
+            Some(Waiter::Tool(tx)) => tx
+                .send(decision)
+                .map_err(|_| ChatSessionError::NotPending(tool_call_id.to_owned())),
+            Some(other) => {
+                waiting.insert(tool_call_id.to_owned(), other);
+                Err(ChatSessionError::NotPending(tool_call_id.to_owned()))
+            }
+            None => Err(ChatSessionError::NotPending(tool_call_id.to_owned())),
+        }
     }
 
-    /// Waits until some tool call needs confirmation, and returns its id.
-    pub async fn next_confirmation(&self, timeout: Duration) -> Option<String> {
+    /// Answers a pending input request (answers keyed by question id).
+    pub fn answer_input(
+        &self,
+        request_id: &str,
+        reply: InputReply,
+    ) -> Result<(), ChatSessionError> {
+        let mut waiting = lock(&self.inner.waiting);
+        match waiting.remove(request_id) {
+            Some(Waiter::Input(tx)) => tx
+                .send(reply)
+                .map_err(|_| ChatSessionError::NotPending(request_id.to_owned())),
+            Some(other) => {
+                waiting.insert(request_id.to_owned(), other);
+                Err(ChatSessionError::NotPending(request_id.to_owned()))
+            }
+            None => Err(ChatSessionError::NotPending(request_id.to_owned())),
+        }
+    }
+
+    async fn next_waiting(&self, timeout: Duration, input: bool) -> Option<String> {
         let wait = async {
             loop {
                 let changed = self.inner.changed.notified();
-                if let Some(id) = self.pending_confirmations().into_iter().next() {
+                let ids = if input {
+                    self.pending_inputs()
+                } else {
+                    self.pending_confirmations()
+                };
+                if let Some(id) = ids.into_iter().next() {
                     return id;
                 }
                 changed.await;
@@ -467,22 +927,44 @@ impl ChatSession {
         tokio::time::timeout(timeout, wait).await.ok()
     }
 
-    /// The live CLI, starting one if there is none (first send) or the last one died (then
-    /// the session is resumed from its transcript, with the chosen model).
+    /// Waits until some tool call needs confirmation, and returns its id.
+    pub async fn next_confirmation(&self, timeout: Duration) -> Option<String> {
+        self.next_waiting(timeout, false).await
+    }
+
+    /// Waits until some input request needs answers, and returns its id.
+    pub async fn next_input(&self, timeout: Duration) -> Option<String> {
+        self.next_waiting(timeout, true).await
+    }
+
+    /// The live CLI, starting one if there is none (first send), the last one died (then
+    /// the session is resumed from its transcript, with the chosen settings), or its inputs
+    /// changed (the old one is closed first).
     async fn materialize(&self) -> Result<Arc<ClaudeSession>, ChatSessionError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(ChatSessionError::Closed);
+        }
         let mut slot = self.cli.lock().await;
+        let restart = self.restart_needed.swap(false, Ordering::SeqCst);
         if let Some(cli) = slot.as_ref().filter(|c| !c.has_exited()) {
-            return Ok(cli.clone());
+            if !restart {
+                return Ok(cli.clone());
+            }
+            if let Some(old) = slot.take() {
+                close_cli(old).await;
+            }
         }
         self.materializations.fetch_add(1, Ordering::SeqCst);
-        let mut opts = self.opts.clone();
+        let mut opts = self.opts();
         if let Some(id) = self.session_id() {
             opts.resume = Some(id);
             opts.session_id = None;
+            opts.resume_session_at = lock(&self.resume_at).take();
         }
-        if let Some(m) = lock(&self.model).clone() {
-            opts.model = Some(m);
-        }
+        let settings = lock(&self.inner.settings).clone();
+        opts.model = settings.model.or(opts.model);
+        opts.effort = settings.effort.or(opts.effort);
+        opts.permission_mode = settings.permission_mode.or(opts.permission_mode);
         let callbacks = Arc::new(Bridge(Arc::downgrade(&self.inner)));
         let cli = ClaudeSession::spawn(opts, callbacks)
             .map_err(|e| ChatSessionError::Start(e.to_string()))?;
@@ -500,14 +982,65 @@ impl ChatSession {
         let _turn = self.turn_lock.lock().await;
         let cli = self.materialize().await?;
         let turn_id = format!("turn-{}", self.turns.fetch_add(1, Ordering::SeqCst) + 1);
+        self.aborting.store(false, Ordering::SeqCst);
         *lock(&self.inner.turn) = Some(turn_id.clone());
         let (mut mapper, started) = TurnMapper::start(&turn_id, prompt);
         self.inner.apply(started);
         lock(&self.first_prompt).get_or_insert_with(|| prompt.to_owned());
         let result = self.run_turn(&cli, &mut mapper, prompt).await;
         *lock(&self.inner.turn) = None;
+        self.consume_steering(Vec::new());
+        self.inner.changed.notify_waiters();
         self.save_overlay().await;
         result.map(|()| turn_id)
+    }
+
+    /// Injects a message into the running turn (steering): the model sees it at its next
+    /// step. Returns the pending message's id; `None` when no turn is running.
+    pub async fn steer(&self, text: &str) -> Result<Option<String>, ChatSessionError> {
+        if !self.turn_running() {
+            return Ok(None);
+        }
+        let Some(cli) = self.live_cli().await else {
+            return Ok(None);
+        };
+        let id = uuid::Uuid::new_v4().to_string();
+        self.inner.apply(
+            action(
+                json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": id,
+                "message": {"text": text, "origin": {"kind": "user"}}}),
+            )
+            .into_iter()
+            .collect(),
+        );
+        lock(&self.steering).push(id.clone());
+        if let Err(e) = cli.send_user(json!(text), Some(&id), Some("now")).await {
+            self.consume_steering(vec![id]);
+            return Err(e.into());
+        }
+        Ok(Some(id))
+    }
+
+    /// Marks steering messages as handed over (`ids` empty: all of them, at turn end).
+    fn consume_steering(&self, ids: Vec<String>) {
+        let consumed: Vec<String> = {
+            let mut pending = lock(&self.steering);
+            if ids.is_empty() {
+                pending.drain(..).collect()
+            } else {
+                pending.retain(|p| !ids.contains(p));
+                ids
+            }
+        };
+        let removed: Vec<StateAction> = consumed
+            .into_iter()
+            .filter_map(|id| {
+                action(json!({"type": "chat/pendingMessageRemoved", "kind": "steering", "id": id}))
+            })
+            .collect();
+        if !removed.is_empty() {
+            self.inner.apply(removed);
+        }
     }
 
     async fn run_turn(
@@ -520,6 +1053,7 @@ impl ChatSession {
             self.inner.apply(mapper.fail(&e.to_string()));
             return Err(e.into());
         }
+        let mut held_result = None;
         while !mapper.finished() {
             match cli.recv_frame().await {
                 Some(Ok(frame)) => {
@@ -529,18 +1063,60 @@ impl ChatSession {
                             *known = Some(id.to_owned());
                         }
                     }
-                    let is_result = frame.kind == FrameKind::Result;
-                    self.inner.apply(mapper.map(&frame));
-                    if is_result {
+                    match frame.raw.get("type").and_then(Value::as_str) {
+                        // A steering message becomes a command of its own; once it started,
+                        // it has been handed to the model.
+                        Some("command_lifecycle") => {
+                            if let Some(id) = frame.raw.get("command_uuid").and_then(Value::as_str)
+                                && frame.raw.get("state").and_then(Value::as_str) != Some("queued")
+                                && lock(&self.steering).iter().any(|s| s == id)
+                            {
+                                self.consume_steering(vec![id.to_owned()]);
+                            }
+                            continue;
+                        }
+                        // The queue drained: a result held back for steering ends the turn.
+                        Some("system")
+                            if frame.raw.get("subtype").and_then(Value::as_str)
+                                == Some("session_state_changed")
+                                && frame.raw.get("state").and_then(Value::as_str)
+                                    == Some("idle") =>
+                        {
+                            if let Some(result) = held_result.take() {
+                                self.consume_steering(Vec::new());
+                                self.inner.apply(mapper.map(&result));
+                                break;
+                            }
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if frame.kind == FrameKind::Result {
+                        // A steering message still to run means this result ends only the
+                        // step before it; the turn goes on.
+                        if !lock(&self.steering).is_empty() {
+                            held_result = Some(frame);
+                            continue;
+                        }
+                        self.inner.apply(mapper.map(&frame));
                         break;
                     }
+                    self.inner.apply(mapper.map(&frame));
                 }
                 Some(Err(e @ SessionError::Exited { .. })) => {
+                    if self.aborting.load(Ordering::SeqCst) {
+                        self.inner.apply(mapper.cancel());
+                        return Ok(());
+                    }
                     self.inner.apply(mapper.fail(&e.to_string()));
                     return Err(e.into());
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "skipping a bad frame"),
                 None => {
+                    if self.aborting.load(Ordering::SeqCst) {
+                        self.inner.apply(mapper.cancel());
+                        return Ok(());
+                    }
                     self.inner
                         .apply(mapper.fail("the Claude Code CLI went away"));
                     return Err(ChatSessionError::Start(
@@ -550,5 +1126,31 @@ impl ChatSession {
             }
         }
         Ok(())
+    }
+
+    /// Ends the session: aborts a running turn, closes the CLI (killed if it does not exit
+    /// in time) and refuses further sends. Idempotent.
+    pub async fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if self.turn_running() {
+            let _ = self.abort().await;
+        }
+        refuse_all(&self.inner);
+        if let Some(cli) = self.cli.lock().await.take() {
+            close_cli(cli).await;
+        }
+    }
+}
+
+/// Closes a CLI the session no longer uses: gracefully when this was its last holder, by
+/// killing its group otherwise (a callback task may still hold it briefly).
+async fn close_cli(cli: Arc<ClaudeSession>) {
+    match Arc::try_unwrap(cli) {
+        Ok(cli) => {
+            let _ = cli.close().await;
+        }
+        Err(shared) => shared.kill(),
     }
 }

@@ -21,6 +21,8 @@ pub struct SessionOptions {
     pub model: Option<String>,
     /// `--permission-mode`.
     pub permission_mode: Option<String>,
+    /// `--effort` (`low`, `medium`, `high`, `xhigh`, `max`).
+    pub effort: Option<String>,
     /// `--resume <id>`.
     pub resume: Option<String>,
     /// `--session-id <id>` for a new session.
@@ -98,6 +100,7 @@ impl SessionOptions {
             config_dir: None,
             model: None,
             permission_mode: None,
+            effort: None,
             resume: None,
             session_id: None,
             fork_session: false,
@@ -141,6 +144,7 @@ impl SessionOptions {
         };
         flag("model", &self.model);
         flag("permission-mode", &self.permission_mode);
+        flag("effort", &self.effort);
         flag("resume", &self.resume);
         flag("session-id", &self.session_id);
         flag("resume-session-at", &self.resume_session_at);

@@ -305,6 +305,14 @@ impl ClaudeSession {
         self.frames.lock().await.recv().await
     }
 
+    /// Kills the CLI's whole process group now (for a CLI that does not answer an interrupt).
+    /// Its exit is then reported like any other.
+    pub fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            kill_group(pgid, libc::SIGKILL);
+        }
+    }
+
     /// Whether the CLI has exited (its exit was seen on stdout).
     pub fn has_exited(&self) -> bool {
         lock(&self.shared.ended).is_some()
@@ -454,6 +462,16 @@ impl ClaudeSession {
     pub async fn set_permission_mode(&self, mode: &str) -> Result<Value, ControlError> {
         self.request("set_permission_mode", json!({"mode": mode}))
             .await
+    }
+
+    /// Sets the reasoning effort (`None` clears it, for models without effort levels),
+    /// effective from the next model request.
+    pub async fn set_effort(&self, level: Option<&str>) -> Result<Value, ControlError> {
+        self.request(
+            "apply_flag_settings",
+            json!({"settings": {"effortLevel": level}}),
+        )
+        .await
     }
 
     /// Sets the thinking budget (`None` clears it).

@@ -213,6 +213,20 @@ impl Reply {
         )
     }
 
+    /// The first `gate_after_events` events of these blocks; the rest once the gate opens.
+    pub fn gated_blocks(blocks: Vec<Block>, gate_after_events: usize) -> (Reply, Gate) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let stop = if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) {
+            "tool_use"
+        } else {
+            "end_turn"
+        };
+        (
+            Self::blocks_with(blocks, stop, Plan::GateAfter(gate_after_events, rx)),
+            Gate(tx),
+        )
+    }
+
     /// A text reply of exactly `n` small `text_delta` events.
     pub fn many_deltas(n: usize) -> Reply {
         Self::text_deltas((0..n).map(|i| format!("w{} ", i % 10)).collect())

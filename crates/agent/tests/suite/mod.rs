@@ -1,3 +1,4 @@
+mod interactive;
 mod turns;
 
 use claude_host_proxy::{ProxyConfig, ProxyHandle};
@@ -49,5 +50,23 @@ impl Env {
 
     pub fn session(&self, opts: SessionOptions) -> claude_host_agent::ChatSession {
         claude_host_agent::ChatSession::new("claude:/chat/test", opts).unwrap()
+    }
+}
+
+/// Whether a process group has exited (polled: the kernel offers no event for another
+/// process's group).
+pub(crate) async fn group_gone(pgid: i32) -> bool {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        #[allow(unsafe_code)]
+        // SAFETY: signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(-pgid, 0) } == 0;
+        if !alive {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
