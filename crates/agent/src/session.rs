@@ -621,6 +621,15 @@ impl ChatSession {
     /// Forks the session keeping its first `keep_turns` turns: a new Claude session (its
     /// transcript a copy of this one's up to that point) restored as a new chat.
     pub fn fork(&self, resource: &str, keep_turns: usize) -> Result<ChatSession, ChatSessionError> {
+        self.fork_with(keep_turns, |_| resource.to_owned())
+    }
+
+    /// As [`ChatSession::fork`], naming the new chat after the new Claude session id.
+    pub fn fork_with(
+        &self,
+        keep_turns: usize,
+        resource_for: impl FnOnce(&str) -> String,
+    ) -> Result<ChatSession, ChatSessionError> {
         if keep_turns == 0 {
             return Err(ChatSessionError::Start(
                 "cannot fork before the first turn".into(),
@@ -634,7 +643,7 @@ impl ChatSession {
         opts.model = s.model;
         opts.effort = s.effort;
         opts.permission_mode = s.permission_mode;
-        ChatSession::restore(resource, opts, &config, &new_id)
+        ChatSession::restore(&resource_for(&new_id), opts, &config, &new_id)
     }
 
     /// Cuts the session back to its first `keep_turns` turns, in place: the state drops the

@@ -44,6 +44,8 @@ pub struct FakeConfig {
     pub device_flow_outcome: DeviceOutcome,
     /// The GitHub token the fake grants and accepts.
     pub github_token: String,
+    /// Further GitHub tokens accepted (a second account signing in).
+    pub other_github_tokens: Vec<String>,
     /// The GitHub login.
     pub login: String,
     /// The Copilot catalog.
@@ -60,6 +62,7 @@ impl Default for FakeConfig {
             device_flow_pending_polls: 1,
             device_flow_outcome: DeviceOutcome::Success,
             github_token: "gho_fake_github_token".into(),
+            other_github_tokens: Vec::new(),
             login: "octocat".into(),
             models: default_models(),
             require_copilot_headers: true,
@@ -425,8 +428,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     lock(&state.requests).push(captured.clone());
     state.request_notify.notify_waiters();
     let auth = captured.header("authorization").unwrap_or("").to_owned();
-    let github_ok = auth == format!("token {}", state.config.github_token)
-        || auth == format!("Bearer {}", state.config.github_token);
+    let github_ok = std::iter::once(&state.config.github_token)
+        .chain(&state.config.other_github_tokens)
+        .any(|t| auth == format!("token {t}") || auth == format!("Bearer {t}"));
     match (method.as_str(), path_only(&path)) {
         ("GET", "/") => full(200, "text/plain", "fake"),
         ("POST", "/login/device/code") => json_resp(

@@ -1,3 +1,4 @@
+mod host;
 mod interactive;
 mod turns;
 

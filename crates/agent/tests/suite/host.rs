@@ -1,0 +1,255 @@
+//! The `Agent`: authentication, models, session creation, listing and shutdown.
+
+use claude_host_agent::{Agent, AgentConfig, AgentError, GITHUB_RESOURCE, NewSession};
+use claude_host_store::{SqliteStore, Store};
+use claude_host_testkit::fake::{FakeConfig, FakeUpstream, Match, Reply, Rule};
+use claude_host_upstream::Upstream;
+use claude_host_upstream::copilot::{
+    ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
+};
+use claude_host_upstream::http_client;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+const GOOD: &str = "gho_fake_github_token";
+const SECOND: &str = "gho_second_account";
+
+struct Host {
+    fake: FakeUpstream,
+    agent: Agent,
+    store: Arc<SqliteStore>,
+    dir: tempfile::TempDir,
+}
+
+async fn host() -> Host {
+    let fake = FakeUpstream::start_with(FakeConfig {
+        other_github_tokens: vec![SECOND.into()],
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let url = fake.url();
+    let factory = move |token: &str| -> Arc<dyn Upstream> {
+        Arc::new(CopilotUpstream::new(
+            http_client().unwrap(),
+            token.to_owned(),
+            CopilotEndpoints::single_host(&url),
+            ClientIdentity::default(),
+            CopilotOptions::default(),
+        ))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    let store = Arc::new(
+        SqliteStore::open(&dir.path().join("host.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let agent = Agent::new(
+        AgentConfig {
+            cli: claude_host_testkit::cli::pinned_cli().unwrap(),
+            config_dir: Some(dir.path().join(".claude")),
+            default_cwd: dir.path().join("work"),
+            extra_env: vec![("HOME".into(), dir.path().display().to_string())],
+            allow_bypass_permissions: false,
+            proxy: Default::default(),
+        },
+        Arc::new(factory),
+        Some(store.clone()),
+    );
+    Host {
+        fake,
+        agent,
+        store,
+        dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_runs_before_authentication_and_a_bad_token_changes_nothing() {
+    let h = host().await;
+    let info = h.agent.info().await;
+    assert_eq!(info.provider, "claude");
+    assert!(info.models.is_empty(), "no models before sign-in");
+    let resources = serde_json::to_value(&info.protected_resources).unwrap();
+    assert_eq!(resources[0]["resource"], GITHUB_RESOURCE);
+    assert_eq!(resources[0]["required"], true);
+    assert!(matches!(
+        h.agent.create_session(NewSession::default()).await,
+        Err(AgentError::AuthRequired { .. })
+    ));
+    assert!(matches!(
+        h.agent.models().await,
+        Err(AgentError::AuthRequired { .. })
+    ));
+    assert!(
+        !h.agent
+            .authenticate("https://example.com", GOOD)
+            .await
+            .unwrap(),
+        "not a resource of this agent"
+    );
+    let refused = h.agent.authenticate(GITHUB_RESOURCE, "gho_wrong").await;
+    assert!(
+        matches!(refused, Err(AgentError::AuthFailed(_))),
+        "{refused:?}"
+    );
+    assert!(!h.agent.is_authenticated().await);
+
+    assert!(h.agent.authenticate(GITHUB_RESOURCE, GOOD).await.unwrap());
+    let models = h.agent.models().await.unwrap();
+    assert!(!models.is_empty());
+    let first = serde_json::to_value(&models[0]).unwrap();
+    assert_eq!(
+        first["_meta"]["isDefault"], true,
+        "the default first: {first}"
+    );
+    assert!(
+        models.iter().all(|m| m.id.starts_with("claude-")),
+        "Claude models only"
+    );
+    let with_effort = models
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .find(|m| !m["configSchema"].is_null())
+        .expect("a model with effort levels");
+    assert_eq!(
+        with_effort["configSchema"]["properties"]["effort"]["enum"],
+        json!(["low", "medium", "high"])
+    );
+    // A wrong token later leaves the working one in place.
+    let mints = h.fake.mint_count();
+    assert!(
+        h.agent
+            .authenticate(GITHUB_RESOURCE, "gho_wrong")
+            .await
+            .is_err()
+    );
+    assert!(h.agent.authenticate(GITHUB_RESOURCE, GOOD).await.unwrap());
+    assert_eq!(
+        h.fake.mint_count(),
+        mints + 1,
+        "the same token again is a no-op"
+    );
+    assert!(matches!(
+        h.agent
+            .create_session(NewSession {
+                model: Some("gpt-4o".into()),
+                ..Default::default()
+            })
+            .await,
+        Err(AgentError::UnknownModel { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_provisional_listed_with_cli_sessions_and_survive_a_token_change() {
+    let h = host().await;
+    h.agent.authenticate(GITHUB_RESOURCE, GOOD).await.unwrap();
+    h.fake.push(Rule {
+        when: Match::LastUserContains("hello host".into()),
+        reply: Reply::text("Hi from the host."),
+        times: None,
+    });
+    let (resource, s) = h.agent.create_session(NewSession::default()).await.unwrap();
+    let id = claude_host_agent::session_id_of(&resource).to_owned();
+    assert!(resource.starts_with("claude:/"));
+    assert!(!s.is_materialized());
+    assert!(
+        h.store.list(true).await.unwrap().is_empty(),
+        "nothing written yet"
+    );
+    assert!(
+        h.agent.list_sessions().await.is_empty(),
+        "a provisional session is not listed"
+    );
+    s.send("hello host").await.unwrap();
+    assert_eq!(
+        s.session_id().as_deref(),
+        Some(id.as_str()),
+        "the URI names the Claude session"
+    );
+
+    // A second account signs in: same proxy, the session goes on.
+    assert!(h.agent.authenticate(GITHUB_RESOURCE, SECOND).await.unwrap());
+    s.send("still there?").await.unwrap();
+    assert_eq!(
+        serde_json::to_value(s.state()).unwrap()["turns"][1]["state"],
+        "complete"
+    );
+
+    // The user's own `claude -p` in the same config directory, through the host's proxy.
+    let (base_url, token) = h.agent.proxy_endpoint("terminal").await.unwrap();
+    let out = std::process::Command::new(claude_host_testkit::cli::pinned_cli().unwrap())
+        .args(["-p", "from the terminal", "--output-format", "json"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", h.dir.path())
+        .env("CLAUDE_CONFIG_DIR", h.dir.path().join(".claude"))
+        .env("ANTHROPIC_BASE_URL", base_url)
+        .env("ANTHROPIC_AUTH_TOKEN", token)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .current_dir(h.dir.path().join("work"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let list = h.agent.list_sessions().await;
+    let ours = list.iter().find(|l| l.id == id).expect("the host session");
+    assert!(ours.from_host);
+    assert_eq!(ours.title, "hello host");
+    let theirs = list
+        .iter()
+        .find(|l| l.id == cli_id)
+        .expect("the CLI session");
+    assert!(!theirs.from_host);
+    assert_eq!(theirs.title, "from the terminal");
+
+    let restored = h
+        .agent
+        .open_session(&claude_host_agent::session_resource(&cli_id))
+        .await
+        .unwrap();
+    let turns = serde_json::to_value(restored.state()).unwrap()["turns"].clone();
+    assert_eq!(turns[0]["message"]["text"], "from the terminal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_every_session_once() {
+    let h = host().await;
+    h.agent.authenticate(GITHUB_RESOURCE, GOOD).await.unwrap();
+    let (_, a) = h
+        .agent
+        .create_session(NewSession {
+            warm: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(a.is_materialized(), "warm starts the CLI at create");
+    let (_, b) = h.agent.create_session(NewSession::default()).await.unwrap();
+    b.send("hi").await.unwrap();
+    let groups = [a.cli_pgid().await.unwrap(), b.cli_pgid().await.unwrap()];
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        tokio::join!(h.agent.shutdown(), h.agent.shutdown());
+    })
+    .await
+    .unwrap();
+    for g in groups {
+        assert!(super::group_gone(g).await, "group {g} still alive");
+    }
+    h.agent.shutdown().await;
+    assert!(matches!(
+        h.agent.create_session(NewSession::default()).await,
+        Err(AgentError::ShutDown)
+    ));
+}
