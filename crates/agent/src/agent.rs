@@ -499,7 +499,7 @@ impl Agent {
             }
         }
         let mut list: Vec<SessionListing> = by_id.into_values().collect();
-        list.sort_by(|a, b| b.modified_at.cmp(&a.modified_at));
+        list.sort_by_key(|l| std::cmp::Reverse(l.modified_at));
         list
     }
 
