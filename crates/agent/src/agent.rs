@@ -225,6 +225,27 @@ impl Agent {
         }
         let upstream = self.factory.for_github_token(token);
         upstream.catalog().await?;
+        self.install(&mut auth, upstream, token).await?;
+        tracing::info!("GitHub token accepted; the model proxy is ready");
+        Ok(true)
+    }
+
+    /// Uses `upstream` for model calls without a GitHub sign-in (a replay file, the
+    /// Anthropic API, or a Copilot client built from stored credentials).
+    pub async fn use_upstream(&self, upstream: Arc<dyn Upstream>) -> Result<(), AgentError> {
+        if self.shut_down.initialized() {
+            return Err(AgentError::ShutDown);
+        }
+        let mut auth = self.auth.lock().await;
+        self.install(&mut auth, upstream, "").await
+    }
+
+    async fn install(
+        &self,
+        auth: &mut Option<Auth>,
+        upstream: Arc<dyn Upstream>,
+        token: &str,
+    ) -> Result<(), AgentError> {
         match auth.as_mut() {
             Some(a) => {
                 a.proxy.set_upstream(upstream.clone());
@@ -242,8 +263,7 @@ impl Agent {
                 });
             }
         }
-        tracing::info!("GitHub token accepted; the model proxy is ready");
-        Ok(true)
+        Ok(())
     }
 
     /// Whether a token has been accepted.

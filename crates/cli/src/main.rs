@@ -84,7 +84,7 @@ fn main() -> ExitCode {
             Command::Claude(args) => commands::claude(&ctx, args).await,
             Command::InstallCli { force } => commands::install_cli(&ctx, force).await,
             Command::Doctor => commands::doctor(&ctx).await,
-            Command::Sessions(args) => sessions::run(args),
+            Command::Sessions(args) => sessions::run(&ctx.home, args).await,
             Command::Run(args) => run::run(&ctx, args).await,
         }
     });

@@ -3,8 +3,7 @@
 use crate::setup::Context;
 use ahp_types::actions::StateAction;
 use anyhow::Context as _;
-use claude_host_agent::{ChatSession, Confirmation};
-use claude_host_sdk::SessionOptions;
+use claude_host_agent::{Agent, AgentConfig, ChatSession, Confirmation, NewSession};
 use claude_host_sdk::find as claude_cli;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -44,34 +43,54 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
         !ctx.opts.no_install,
     )
     .await?;
-    let upstream = ctx.upstream()?;
-    let proxy = claude_host_proxy::start(
-        claude_host_proxy::ProxyConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            ..Default::default()
-        },
-        upstream,
-    )
-    .await?;
     let cwd = match args.cwd {
         Some(c) => c,
         None => std::env::current_dir().context("no current directory")?,
     };
-    let mut opts = SessionOptions::new(
-        cli.path,
-        cwd,
-        proxy.base_url(),
-        proxy.auth_token(&uuid::Uuid::new_v4().to_string()),
+    let store = crate::setup::open_store(&ctx.home).await?;
+    let agent = Agent::new(
+        AgentConfig {
+            cli: cli.path,
+            config_dir: std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from),
+            default_cwd: cwd.clone(),
+            extra_env: Vec::new(),
+            // Asked for on the command line by the user running it.
+            allow_bypass_permissions: args.permission_mode.as_deref() == Some("bypassPermissions"),
+            proxy: claude_host_proxy::ProxyConfig {
+                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                ..Default::default()
+            },
+        },
+        Arc::new(ctx.upstream_factory()?),
+        Some(store),
     );
-    opts.model = args.model;
-    opts.permission_mode = args.permission_mode.clone();
-    opts.resume = args.resume;
-    opts.include_partial_messages = true;
-    if args.permission_mode.as_deref() == Some("bypassPermissions") {
-        // The CLI refuses bypass as root without this exact value.
-        opts.extra_env.push(("IS_SANDBOX".into(), "1".into()));
-    }
-    let session = Arc::new(ChatSession::new("claude-host:/chat/run", opts)?);
+    agent.use_upstream(ctx.upstream()?).await?;
+    let session = match &args.resume {
+        Some(id) => {
+            let s = agent
+                .open_session(id)
+                .await
+                .with_context(|| format!("cannot resume session {id}"))?;
+            if let Some(m) = &args.model {
+                s.set_model(m).await?;
+            }
+            if let Some(m) = &args.permission_mode {
+                s.set_permission_mode(m).await?;
+            }
+            s
+        }
+        None => {
+            agent
+                .create_session(NewSession {
+                    cwd: Some(cwd),
+                    model: args.model.clone(),
+                    permission_mode: args.permission_mode.clone(),
+                    ..Default::default()
+                })
+                .await?
+                .1
+        }
+    };
     let printer = tokio::spawn(print_actions(session.subscribe(), args.json));
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let approver = tokio::spawn(approve_loop(session.clone(), interactive));
@@ -108,11 +127,15 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
     }
     approver.abort();
     let _ = approver.await;
-    // Dropping the session stops the CLI and closes the action stream, so the printer
-    // finishes after the last action.
+    if let Some(id) = session.session_id() {
+        tracing::info!(session = %id, "session saved; continue it with `claude-host run --resume {id}`");
+    }
+    // Shutting down stops the CLI; dropping the last handle closes the action stream, so
+    // the printer finishes after the last action.
+    agent.shutdown().await;
     drop(session);
+    drop(agent);
     let _ = printer.await;
-    proxy.shutdown().await;
     Ok(if failed {
         ExitCode::from(1)
     } else {

@@ -2,7 +2,9 @@
 
 use anyhow::Context as _;
 use claude_host_sdk::transcripts::{self, SessionSummary};
+use claude_host_store::{SessionRecord, Store as _};
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::SystemTime;
@@ -71,17 +73,50 @@ fn summary_json(s: &SessionSummary) -> Value {
            "messages": s.message_count, "path": s.path})
 }
 
-pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
+/// The host's overlay records, when its store exists (listing never creates it).
+async fn overlay(home: &std::path::Path) -> HashMap<String, SessionRecord> {
+    let path = home.join("sessions.sqlite");
+    if !path.exists() {
+        return HashMap::new();
+    }
+    let records = match claude_host_store::SqliteStore::open(&path).await {
+        Ok(store) => store.list(true).await,
+        Err(e) => Err(e),
+    };
+    match records {
+        Ok(r) => r.into_iter().map(|r| (r.id.clone(), r)).collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the session overlay; listing without it");
+            HashMap::new()
+        }
+    }
+}
+
+pub(crate) async fn run(home: &std::path::Path, args: SessionsArgs) -> anyhow::Result<ExitCode> {
     let dir = config_dir(&args)?;
     match &args.command {
         SessionsCommand::List { cwd, limit } => {
             let mut all = transcripts::list_sessions(&dir, cwd.as_deref())?;
             all.truncate(*limit);
+            let host = overlay(home).await;
+            for s in &mut all {
+                if let Some(t) = host.get(&s.session_id).and_then(|r| r.title.clone()) {
+                    s.summary = t;
+                }
+            }
             if args.json {
-                println!(
-                    "{}",
-                    json!({"sessions": all.iter().map(summary_json).collect::<Vec<_>>()})
-                );
+                let sessions: Vec<Value> = all
+                    .iter()
+                    .map(|s| {
+                        let mut v = summary_json(s);
+                        if let Some(r) = host.get(&s.session_id) {
+                            v["host"] = json!({"model": r.model, "effort": r.effort,
+                                "permission_mode": r.permission_mode, "archived": r.archived});
+                        }
+                        v
+                    })
+                    .collect();
+                println!("{}", json!({ "sessions": sessions }));
             } else if all.is_empty() {
                 println!("No sessions under {}.", dir.join("projects").display());
             } else {
@@ -129,6 +164,11 @@ pub(crate) fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
         }
         SessionsCommand::Rm { id } => {
             transcripts::delete_session(&dir, id)?;
+            let store_path = home.join("sessions.sqlite");
+            if store_path.exists() {
+                let store = claude_host_store::SqliteStore::open(&store_path).await?;
+                store.delete(id).await?;
+            }
             if args.json {
                 println!("{}", json!({"deleted": id}));
             } else {

@@ -140,6 +140,24 @@ impl Context {
         ))
     }
 
+    /// Builds a Copilot upstream for a GitHub token (sign-ins through a protocol client).
+    pub fn upstream_factory(
+        &self,
+    ) -> anyhow::Result<impl Fn(&str) -> Arc<dyn Upstream> + Send + Sync + 'static> {
+        let http = http_client()?;
+        let endpoints = self.endpoints();
+        let identity = self.identity();
+        Ok(move |token: &str| -> Arc<dyn Upstream> {
+            Arc::new(CopilotUpstream::new(
+                http.clone(),
+                token.to_owned(),
+                endpoints.clone(),
+                identity.clone(),
+                CopilotOptions::default(),
+            ))
+        })
+    }
+
     /// The upstream selected by `--upstream`, wrapped in a recorder when `--record` is set.
     pub fn upstream(&self) -> anyhow::Result<Arc<dyn Upstream>> {
         let spec = self.opts.upstream.as_str();
@@ -195,4 +213,15 @@ pub(crate) fn init_logging(opts: &GlobalOpts, to_file: bool) -> Option<()> {
             .init();
     }
     Some(())
+}
+
+/// The host's session store (`$CLAUDE_HOST_HOME/sessions.sqlite`), created on first use.
+pub(crate) async fn open_store(
+    home: &std::path::Path,
+) -> anyhow::Result<Arc<dyn claude_host_store::Store>> {
+    std::fs::create_dir_all(home)
+        .with_context(|| format!("cannot create the data directory {}", home.display()))?;
+    let path = home.join("sessions.sqlite");
+    let store = claude_host_store::SqliteStore::open(&path).await?;
+    Ok(Arc::new(store))
 }

@@ -1,3 +1,4 @@
+mod faults;
 mod host;
 mod interactive;
 mod turns;

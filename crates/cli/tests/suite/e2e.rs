@@ -476,3 +476,52 @@ async fn run_under_a_pseudo_terminal_asks_and_a_yes_runs_the_tool() {
     assert!(screen.contains("file made"), "{screen}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "ok\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_keeps_the_session_overlay_and_resumes_with_history() {
+    let h = Host::new().await;
+    h.fake.push(rule(
+        Match::LastUserContains("remember mango".into()),
+        Reply::text("Mango noted."),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("which fruit".into()),
+        Reply::text("Mango."),
+    ));
+    let mut c = h.cmd();
+    c.args(["run", "--model", "claude-sonnet-4-5", "remember mango"]);
+    let out = blocking(move || run(c)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut c = h.cmd();
+    c.args(["sessions", "list", "--json"]);
+    let out = blocking(move || run(c)).await;
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let s = &list["sessions"][0];
+    assert_eq!(s["summary"], "remember mango", "the host's title");
+    assert_eq!(s["host"]["model"], "claude-sonnet-4-5");
+    let id = s["id"].as_str().unwrap().to_owned();
+
+    let mut c = h.cmd();
+    c.args(["run", "--resume", &id, "which fruit did I say?"]);
+    let out = blocking(move || run(c)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out).trim(), "Mango.");
+    let last = h.fake.message_requests().pop().unwrap().json();
+    assert!(
+        last.to_string().contains("remember mango"),
+        "history resumed"
+    );
+    assert_eq!(
+        last["model"], "claude-sonnet-4.5",
+        "the session's model kept"
+    );
+}
