@@ -87,6 +87,8 @@ pub struct AgentConfig {
 /// What a new session starts with.
 #[derive(Debug, Clone, Default)]
 pub struct NewSession {
+    /// The Claude session id to use (a UUID); `None` picks one.
+    pub id: Option<String>,
     /// Working directory (default: the agent's).
     pub cwd: Option<PathBuf>,
     /// Model id, Copilot (`claude-sonnet-4.5`) or Claude Code form.
@@ -357,7 +359,18 @@ impl Agent {
             return Err(AgentError::ShutDown);
         }
         self.check_model(settings.model.as_deref()).await?;
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = match &settings.id {
+            Some(id) if uuid::Uuid::parse_str(id).is_ok() => id.clone(),
+            Some(id) => {
+                return Err(
+                    ChatSessionError::Start(format!("session id {id:?} is not a UUID")).into(),
+                );
+            }
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        if self.session(&id).is_some() {
+            return Err(ChatSessionError::Start(format!("session {id} already exists")).into());
+        }
         let cwd = settings
             .cwd
             .clone()
@@ -418,6 +431,7 @@ impl Agent {
                 .ok_or_else(|| AgentError::UnknownSession(id.clone()))?,
         };
         let settings = NewSession {
+            id: None,
             cwd: Some(cwd.clone()),
             model: record.as_ref().and_then(|r| r.model.clone()),
             effort: record.as_ref().and_then(|r| r.effort.clone()),

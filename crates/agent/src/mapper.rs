@@ -28,7 +28,12 @@ pub fn now_rfc3339() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let secs = now.as_secs() as i64;
+    rfc3339_from_millis(now.as_millis() as i64)
+}
+
+/// A time in milliseconds since the epoch as RFC 3339 (UTC, milliseconds).
+pub fn rfc3339_from_millis(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
     format!(
@@ -36,7 +41,7 @@ pub fn now_rfc3339() -> String {
         rem / 3600,
         (rem % 3600) / 60,
         rem % 60,
-        now.subsec_millis()
+        ms.rem_euclid(1000)
     )
 }
 

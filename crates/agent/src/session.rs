@@ -685,6 +685,24 @@ impl ChatSession {
         Ok(())
     }
 
+    /// Cuts the session back to just before the turn after `turn_id` (keeping it); `None`
+    /// clears every turn. See [`ChatSession::truncate`].
+    pub async fn truncate_after(&self, turn_id: Option<&str>) -> Result<(), ChatSessionError> {
+        let keep = match turn_id {
+            None => 0,
+            Some(id) => {
+                let r = lock(&self.inner.reduced);
+                r.state
+                    .turns
+                    .iter()
+                    .position(|t| t.id == id)
+                    .map(|i| i + 1)
+                    .ok_or_else(|| ChatSessionError::NotPending(id.to_owned()))?
+            }
+        };
+        self.truncate(keep).await
+    }
+
     /// Subscribes to the actions applied from now on, in order.
     pub fn subscribe(&self) -> broadcast::Receiver<StateAction> {
         self.inner.actions.subscribe()
@@ -779,7 +797,8 @@ impl ChatSession {
         self.live_cli().await.and_then(|c| c.pgid())
     }
 
-    fn turn_running(&self) -> bool {
+    /// Whether a turn is running.
+    pub fn turn_running(&self) -> bool {
         lock(&self.inner.turn).is_some()
     }
 
@@ -988,9 +1007,20 @@ impl ChatSession {
     /// Sends a prompt and runs the turn to its end. Sends are serialized: a second send waits
     /// for the first turn. Returns the turn id.
     pub async fn send(&self, prompt: &str) -> Result<String, ChatSessionError> {
+        self.send_turn(None, prompt).await
+    }
+
+    /// As [`ChatSession::send`], with the turn id chosen by the client (AHP's
+    /// `chat/turnStarted`); `None` numbers it.
+    pub async fn send_turn(
+        &self,
+        turn_id: Option<String>,
+        prompt: &str,
+    ) -> Result<String, ChatSessionError> {
         let _turn = self.turn_lock.lock().await;
         let cli = self.materialize().await?;
-        let turn_id = format!("turn-{}", self.turns.fetch_add(1, Ordering::SeqCst) + 1);
+        let number = self.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        let turn_id = turn_id.unwrap_or_else(|| format!("turn-{number}"));
         self.aborting.store(false, Ordering::SeqCst);
         *lock(&self.inner.turn) = Some(turn_id.clone());
         let (mut mapper, started) = TurnMapper::start(&turn_id, prompt);
@@ -1007,13 +1037,24 @@ impl ChatSession {
     /// Injects a message into the running turn (steering): the model sees it at its next
     /// step. Returns the pending message's id; `None` when no turn is running.
     pub async fn steer(&self, text: &str) -> Result<Option<String>, ChatSessionError> {
+        self.steer_with_id(&uuid::Uuid::new_v4().to_string(), text)
+            .await
+    }
+
+    /// As [`ChatSession::steer`], with the pending message's id chosen by the client (a
+    /// uuid: the CLI uses it as the message's transcript id).
+    pub async fn steer_with_id(
+        &self,
+        id: &str,
+        text: &str,
+    ) -> Result<Option<String>, ChatSessionError> {
         if !self.turn_running() {
             return Ok(None);
         }
         let Some(cli) = self.live_cli().await else {
             return Ok(None);
         };
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = id.to_owned();
         self.inner.apply(
             action(
                 json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": id,

@@ -2,6 +2,7 @@
 
 mod commands;
 mod run;
+mod serve;
 mod sessions;
 mod setup;
 
@@ -53,6 +54,8 @@ enum Command {
     Run(run::RunArgs),
     /// List, show, fork or remove Claude Code sessions on disk.
     Sessions(sessions::SessionsArgs),
+    /// Serve sessions over the Agent Host Protocol (VS Code remote agent host).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
             Command::Doctor => commands::doctor(&ctx).await,
             Command::Sessions(args) => sessions::run(&ctx.home, args).await,
             Command::Run(args) => run::run(&ctx, args).await,
+            Command::Serve(args) => serve::serve(&ctx, args).await,
         }
     });
     match result {

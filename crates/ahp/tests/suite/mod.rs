@@ -1,0 +1,210 @@
+mod protocol;
+mod wire;
+
+use ahp::{Client, ClientConfig, SubscriptionEvent};
+use ahp_types::actions::ActionEnvelope;
+use ahp_types::state::ChatState;
+use claude_host_agent::{Agent, AgentConfig, GITHUB_RESOURCE};
+use claude_host_ahp::{Host, HostConfig, ServeConfig, ServerHandle};
+use claude_host_testkit::fake::FakeUpstream;
+use claude_host_upstream::Upstream;
+use claude_host_upstream::copilot::{
+    ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
+};
+use claude_host_upstream::http_client;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) const TOKEN: &str = "test-connection-token_0123";
+pub(crate) const GITHUB_TOKEN: &str = "gho_fake_github_token";
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
+
+pub(crate) struct Env {
+    pub fake: FakeUpstream,
+    pub host: Arc<Host>,
+    pub server: Option<ServerHandle>,
+    pub dir: tempfile::TempDir,
+    pub url: String,
+}
+
+pub(crate) async fn env_with(host_config: HostConfig) -> Env {
+    let fake = FakeUpstream::start().await.unwrap();
+    let fake_url = fake.url();
+    let factory = move |token: &str| -> Arc<dyn Upstream> {
+        Arc::new(CopilotUpstream::new(
+            http_client().unwrap(),
+            token.to_owned(),
+            CopilotEndpoints::single_host(&fake_url),
+            ClientIdentity::default(),
+            CopilotOptions::default(),
+        ))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    let agent = Arc::new(Agent::new(
+        AgentConfig {
+            cli: claude_host_testkit::cli::pinned_cli().unwrap(),
+            config_dir: Some(dir.path().join(".claude")),
+            default_cwd: dir.path().join("work"),
+            extra_env: vec![("HOME".into(), dir.path().display().to_string())],
+            allow_bypass_permissions: false,
+            proxy: Default::default(),
+        },
+        Arc::new(factory),
+        None,
+    ));
+    let host = Host::new(agent, host_config).await;
+    let server = claude_host_ahp::start(
+        ServeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            connection_token: Some(TOKEN.into()),
+            ..Default::default()
+        },
+        host.clone(),
+    )
+    .await
+    .unwrap();
+    let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
+    Env {
+        fake,
+        host,
+        server: Some(server),
+        dir,
+        url,
+    }
+}
+
+pub(crate) async fn env() -> Env {
+    env_with(HostConfig::default()).await
+}
+
+impl Env {
+    pub async fn client(&self) -> Client {
+        let t = ahp_ws::WebSocketTransport::connect(&self.url)
+            .await
+            .unwrap();
+        Client::connect(t, ClientConfig::default()).await.unwrap()
+    }
+
+    /// A connected, initialized and authenticated client.
+    pub async fn ready_client(&self, id: &str) -> Client {
+        let c = self.client().await;
+        initialize(&c, id).await;
+        let _: Value = c
+            .request(
+                "authenticate",
+                json!({"channel": "ahp-root://", "resource": GITHUB_RESOURCE, "token": GITHUB_TOKEN}),
+            )
+            .await
+            .unwrap();
+        c
+    }
+
+    pub fn work(&self) -> std::path::PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// Creates a session; returns its session and chat URIs.
+    pub async fn create_session(&self, c: &Client) -> (String, String) {
+        let id = uuid::Uuid::new_v4();
+        let session = format!("ahp-session:/{id}");
+        let _: Value = c
+            .request(
+                "createSession",
+                json!({"channel": session, "provider": "claude",
+                       "workingDirectories": [claude_host_ahp::host::file_uri(&self.work())]}),
+            )
+            .await
+            .unwrap();
+        (session, format!("ahp-chat:/{id}"))
+    }
+
+    /// The server's own reduced state of a chat.
+    pub async fn server_chat_state(&self, chat: &str) -> Value {
+        match self.host.channel(chat).await.unwrap().state() {
+            claude_host_ahp::channel::ChannelState::Chat(s) => serde_json::to_value(*s).unwrap(),
+            _ => panic!("not a chat"),
+        }
+    }
+}
+
+pub(crate) async fn initialize(c: &Client, id: &str) -> ahp_types::commands::InitializeResult {
+    c.initialize(
+        id.into(),
+        ahp_types::version::SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect(),
+        vec!["ahp-root://".into()],
+    )
+    .await
+    .unwrap()
+}
+
+/// A chat as one client reduces it from a snapshot and the actions after it.
+pub(crate) struct Mirror {
+    pub state: ChatState,
+    pub envelopes: Vec<ActionEnvelope>,
+    pub sub: ahp::SessionSubscription,
+}
+
+impl Mirror {
+    pub async fn subscribe(c: &Client, chat: &str) -> Mirror {
+        let (result, sub) = c.subscribe(chat.into()).await.unwrap();
+        let state = match result.snapshot.unwrap().state {
+            ahp_types::state::SnapshotState::Chat(s) => *s,
+            other => panic!("not a chat snapshot: {other:?}"),
+        };
+        Mirror {
+            state,
+            envelopes: Vec::new(),
+            sub,
+        }
+    }
+
+    /// Applies the next action; returns its envelope.
+    pub async fn next(&mut self) -> ActionEnvelope {
+        loop {
+            let ev = tokio::time::timeout(WAIT, self.sub.recv())
+                .await
+                .expect("an action in time")
+                .expect("the client is running");
+            if let SubscriptionEvent::Action(env) = ev {
+                if env.rejection_reason.is_none() {
+                    ahp::reducers::apply_action_to_chat(&mut self.state, &env.action);
+                }
+                self.envelopes.push(env.clone());
+                return env;
+            }
+        }
+    }
+
+    /// Applies actions until one of type `ty` (returned).
+    pub async fn until(&mut self, ty: &str) -> ActionEnvelope {
+        loop {
+            let env = self.next().await;
+            if kind(&env) == ty {
+                return env;
+            }
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::to_value(&self.state).unwrap()
+    }
+}
+
+pub(crate) fn kind(env: &ActionEnvelope) -> String {
+    serde_json::to_value(&env.action).unwrap()["type"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+pub(crate) fn user_turn(turn_id: &str, text: &str) -> ahp_types::actions::StateAction {
+    serde_json::from_value(json!({"type": "chat/turnStarted", "turnId": turn_id,
+        "startedAt": claude_host_agent::mapper::now_rfc3339(),
+        "message": {"text": text, "origin": {"kind": "user"}}}))
+    .unwrap()
+}
