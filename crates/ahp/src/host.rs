@@ -381,7 +381,12 @@ impl Host {
         }
         sessions.insert(id.to_owned(), hs.clone());
         drop(sessions);
-        let pump = tokio::spawn(pump(hs.clone(), actions, self.seq.clone()));
+        let pump = tokio::spawn(pump(
+            hs.clone(),
+            actions,
+            self.seq.clone(),
+            self.notifications.clone(),
+        ));
         *lock(&hs.pump) = Some(pump);
         hs
     }
@@ -935,14 +940,40 @@ async fn pump(
     hs: Arc<HostSession>,
     mut actions: broadcast::Receiver<StateAction>,
     seq: Arc<AtomicU64>,
+    notifications: broadcast::Sender<Arc<str>>,
 ) {
+    let summary_changed = |changes: Value| {
+        let frame = json!({"jsonrpc": "2.0", "method": "root/sessionSummaryChanged",
+            "params": {"channel": ROOT, "session": hs.uri, "changes": changes}});
+        let _ = notifications.send(frame.to_string().into());
+    };
     loop {
         match actions.recv().await {
             Ok(a) => {
-                let ty = serde_json::to_value(&a)
-                    .ok()
-                    .and_then(|v| v["type"].as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let v = serde_json::to_value(&a).unwrap_or(Value::Null);
+                let ty = v["type"].as_str().unwrap_or("").to_owned();
+                // The first prompt names the session.
+                if ty == "chat/turnStarted"
+                    && let ChannelState::Session(s) = hs.session_channel.state()
+                    && s.title.is_empty()
+                {
+                    let title: String = v["message"]["text"]
+                        .as_str()
+                        .unwrap_or("")
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .chars()
+                        .take(80)
+                        .collect();
+                    if !title.is_empty()
+                        && let Some(t) =
+                            action(json!({"type": "session/titleChanged", "title": title}))
+                    {
+                        hs.session_channel.publish(&seq, t, None, None);
+                        summary_changed(json!({"title": title}));
+                    }
+                }
                 let origin = hs.take_origin(&a);
                 hs.chat_channel.publish(&seq, a, origin, None);
                 let new_status = match ty.as_str() {
@@ -956,6 +987,7 @@ async fn pump(
                         "chat": hs.chat_uri, "changes": {"status": st, "modifiedAt": now_rfc3339()}}))
                 {
                     hs.session_channel.publish(&seq, update, None, None);
+                    summary_changed(json!({"status": st, "modifiedAt": now_rfc3339()}));
                 }
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {

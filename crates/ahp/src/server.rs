@@ -467,6 +467,14 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
     result["snapshots"] = json!(snapshots);
     conn.initialized.store(true, Ordering::SeqCst);
     conn.respond(id, Ok(result));
+    // Tell the client up front that sessions need a GitHub sign-in.
+    if !host.agent().is_authenticated().await {
+        for resource in host.agent().protected_resources() {
+            let frame = json!({"jsonrpc": "2.0", "method": "auth/required",
+                "params": {"channel": ROOT, "resource": resource, "reason": "required"}});
+            conn.send(frame.to_string().into());
+        }
+    }
     for (uri, rx) in live {
         if uri == ROOT {
             conn.forward_root_notifications(host.notifications());

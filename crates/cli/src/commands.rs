@@ -362,7 +362,7 @@ pub(crate) async fn proxy(ctx: &Context, args: ProxyArgs) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn wait_for_stop_signal() {
+async fn wait_for_stop_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).ok();
     tokio::select! {

@@ -3,12 +3,10 @@
 use crate::setup::Context;
 use ahp_types::actions::StateAction;
 use anyhow::Context as _;
-use claude_host_agent::{Agent, AgentConfig, ChatSession, Confirmation, NewSession};
-use claude_host_sdk::find as claude_cli;
+use claude_host_agent::{ChatSession, Confirmation, NewSession};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -37,33 +35,13 @@ pub(crate) struct RunArgs {
 }
 
 pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let cli = claude_cli::locate(
-        ctx.opts.claude_path.as_deref(),
-        &ctx.home,
-        !ctx.opts.no_install,
-    )
-    .await?;
     let cwd = match args.cwd {
         Some(c) => c,
         None => std::env::current_dir().context("no current directory")?,
     };
-    let store = crate::setup::open_store(&ctx.home).await?;
-    let agent = Agent::new(
-        AgentConfig {
-            cli: cli.path,
-            config_dir: std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from),
-            default_cwd: cwd.clone(),
-            extra_env: Vec::new(),
-            // Asked for on the command line by the user running it.
-            allow_bypass_permissions: args.permission_mode.as_deref() == Some("bypassPermissions"),
-            proxy: claude_host_proxy::ProxyConfig {
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                ..Default::default()
-            },
-        },
-        Arc::new(ctx.upstream_factory()?),
-        Some(store),
-    );
+    // Asked for on the command line by the user running it.
+    let allow_bypass = args.permission_mode.as_deref() == Some("bypassPermissions");
+    let agent = crate::setup::build_agent(ctx, cwd.clone(), allow_bypass).await?;
     agent.use_upstream(ctx.upstream()?).await?;
     let session = match &args.resume {
         Some(id) => {

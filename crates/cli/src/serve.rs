@@ -3,9 +3,8 @@
 
 use crate::setup::Context;
 use anyhow::{Context as _, bail};
-use claude_host_agent::{Agent, AgentConfig, GITHUB_RESOURCE};
+use claude_host_agent::GITHUB_RESOURCE;
 use claude_host_ahp::{HostConfig, ServeConfig};
-use claude_host_sdk::find as claude_cli;
 use serde_json::json;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -115,32 +114,12 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
             args.host
         );
     }
-    let cli = claude_cli::locate(
-        ctx.opts.claude_path.as_deref(),
-        &ctx.home,
-        !ctx.opts.no_install,
-    )
-    .await?;
     let cwd = match args.cwd {
         Some(c) => c,
         None => std::env::current_dir().context("no current directory")?,
     };
-    let store = crate::setup::open_store(&ctx.home).await?;
-    let agent = Arc::new(Agent::new(
-        AgentConfig {
-            cli: cli.path,
-            config_dir: std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from),
-            default_cwd: cwd.clone(),
-            extra_env: Vec::new(),
-            allow_bypass_permissions: args.allow_bypass_permissions,
-            proxy: claude_host_proxy::ProxyConfig {
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                ..Default::default()
-            },
-        },
-        Arc::new(ctx.upstream_factory()?),
-        Some(store),
-    ));
+    let agent =
+        Arc::new(crate::setup::build_agent(ctx, cwd.clone(), args.allow_bypass_permissions).await?);
     // Signed in already (`claude-host login`, GH_TOKEN) or another upstream: ready at once;
     // otherwise the client authenticates over AHP.
     if ctx.opts.upstream == "copilot" {
@@ -172,6 +151,10 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
     )
     .await
     .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+    // Handlers are in place before READY is printed, so a stop right after it is graceful.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let addr = server.addr();
     let mut entry = json!({"address": format!("ws://{addr}"), "name": "claude-host"});
     if let Some(t) = &token {
@@ -185,7 +168,10 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
         serde_json::to_string_pretty(&settings).unwrap_or_default()
     );
     let _ = std::io::stdout().flush();
-    crate::commands::wait_for_stop_signal().await;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = interrupt.recv() => {}
+    }
     tracing::info!("shutting down");
     server.shutdown().await;
     host.shutdown().await;

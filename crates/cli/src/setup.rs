@@ -225,3 +225,34 @@ pub(crate) async fn open_store(
     let store = claude_host_store::SqliteStore::open(&path).await?;
     Ok(Arc::new(store))
 }
+
+/// The agent `run` and `serve` share: the pinned CLI, the host's session store, a loopback
+/// proxy, sessions in `cwd` unless a client says otherwise.
+pub(crate) async fn build_agent(
+    ctx: &Context,
+    cwd: PathBuf,
+    allow_bypass_permissions: bool,
+) -> anyhow::Result<claude_host_agent::Agent> {
+    let cli = claude_host_sdk::find::locate(
+        ctx.opts.claude_path.as_deref(),
+        &ctx.home,
+        !ctx.opts.no_install,
+    )
+    .await?;
+    let store = open_store(&ctx.home).await?;
+    Ok(claude_host_agent::Agent::new(
+        claude_host_agent::AgentConfig {
+            cli: cli.path,
+            config_dir: std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from),
+            default_cwd: cwd,
+            extra_env: Vec::new(),
+            allow_bypass_permissions,
+            proxy: claude_host_proxy::ProxyConfig {
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                ..Default::default()
+            },
+        },
+        Arc::new(ctx.upstream_factory()?),
+        Some(store),
+    ))
+}

@@ -128,3 +128,58 @@ pub fn cli_env(base_url: &str, auth_token: &str, home: &Path) -> Vec<(String, St
         ("LANG".into(), "C.UTF-8".into()),
     ]
 }
+
+/// Runs the user's own `claude -p PROMPT --output-format json` (the pinned CLI) through a
+/// proxy, with a hermetic environment (`HOME` = `home`, transcripts under `config_dir`), and
+/// returns the session id it reports. Panics with the CLI's stderr if it fails.
+pub fn plain_claude_p(
+    prompt: &str,
+    extra_args: &[&str],
+    home: &std::path::Path,
+    config_dir: &std::path::Path,
+    cwd: &std::path::Path,
+    base_url: &str,
+    auth_token: &str,
+) -> anyhow::Result<String> {
+    let out = std::process::Command::new(pinned_cli()?)
+        .args(["-p", prompt, "--output-format", "json"])
+        .args(extra_args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("CLAUDE_CONFIG_DIR", config_dir)
+        .env("ANTHROPIC_BASE_URL", base_url)
+        .env("ANTHROPIC_AUTH_TOKEN", auth_token)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "claude -p failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    v["session_id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("no session_id in {v}"))
+}
+
+/// Whether a process group has exited, waiting up to 5 s (polled: the kernel offers no
+/// event for another process's group).
+pub async fn group_gone(pgid: i32) -> bool {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        #[allow(unsafe_code)]
+        // SAFETY: signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(-pgid, 0) } == 0;
+        if !alive {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

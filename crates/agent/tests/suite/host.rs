@@ -8,7 +8,7 @@ use claude_host_upstream::copilot::{
     ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
 };
 use claude_host_upstream::http_client;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 
 const GOOD: &str = "gho_fake_github_token";
@@ -180,28 +180,16 @@ async fn sessions_are_provisional_listed_with_cli_sessions_and_survive_a_token_c
 
     // The user's own `claude -p` in the same config directory, through the host's proxy.
     let (base_url, token) = h.agent.proxy_endpoint("terminal").await.unwrap();
-    let out = std::process::Command::new(claude_host_testkit::cli::pinned_cli().unwrap())
-        .args(["-p", "from the terminal", "--output-format", "json"])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", h.dir.path())
-        .env("CLAUDE_CONFIG_DIR", h.dir.path().join(".claude"))
-        .env("ANTHROPIC_BASE_URL", base_url)
-        .env("ANTHROPIC_AUTH_TOKEN", token)
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .current_dir(h.dir.path().join("work"))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cli_id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["session_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let cli_id = claude_host_testkit::cli::plain_claude_p(
+        "from the terminal",
+        &[],
+        h.dir.path(),
+        &h.dir.path().join(".claude"),
+        &h.dir.path().join("work"),
+        &base_url,
+        &token,
+    )
+    .unwrap();
 
     let list = h.agent.list_sessions().await;
     let ours = list.iter().find(|l| l.id == id).expect("the host session");

@@ -55,20 +55,4 @@ impl Env {
     }
 }
 
-/// Whether a process group has exited (polled: the kernel offers no event for another
-/// process's group).
-pub(crate) async fn group_gone(pgid: i32) -> bool {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        #[allow(unsafe_code)]
-        // SAFETY: signal 0 only checks for existence.
-        let alive = unsafe { libc::kill(-pgid, 0) } == 0;
-        if !alive {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
+pub(crate) use claude_host_testkit::cli::group_gone;

@@ -430,35 +430,16 @@ async fn a_session_from_a_plain_claude_p_run_is_restored_and_continued() {
     });
     // The user's own `claude -p`, straight through the proxy.
     let config = e.dir.path().join(".claude");
-    let out = std::process::Command::new(claude_host_testkit::cli::pinned_cli().unwrap())
-        .args([
-            "-p",
-            "please write r",
-            "--permission-mode",
-            "acceptEdits",
-            "--output-format",
-            "json",
-        ])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .env("HOME", e.dir.path())
-        .env("CLAUDE_CONFIG_DIR", &config)
-        .env("ANTHROPIC_BASE_URL", e.proxy.base_url())
-        .env("ANTHROPIC_AUTH_TOKEN", e.proxy.auth_token("plain"))
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .current_dir(e.dir.path().join("work"))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["session_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = claude_host_testkit::cli::plain_claude_p(
+        "please write r",
+        &["--permission-mode", "acceptEdits"],
+        e.dir.path(),
+        &config,
+        &e.dir.path().join("work"),
+        &e.proxy.base_url(),
+        &e.proxy.auth_token("plain"),
+    )
+    .unwrap();
 
     let s =
         claude_host_agent::ChatSession::restore("claude:/chat/restored", e.opts(), &config, &id)

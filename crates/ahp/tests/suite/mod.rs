@@ -29,6 +29,13 @@ pub(crate) struct Env {
 }
 
 pub(crate) async fn env_with(host_config: HostConfig) -> Env {
+    env_serving(host_config, |_| {}).await
+}
+
+pub(crate) async fn env_serving(
+    host_config: HostConfig,
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Env {
     let fake = FakeUpstream::start().await.unwrap();
     let fake_url = fake.url();
     let factory = move |token: &str| -> Arc<dyn Upstream> {
@@ -55,16 +62,13 @@ pub(crate) async fn env_with(host_config: HostConfig) -> Env {
         None,
     ));
     let host = Host::new(agent, host_config).await;
-    let server = claude_host_ahp::start(
-        ServeConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            connection_token: Some(TOKEN.into()),
-            ..Default::default()
-        },
-        host.clone(),
-    )
-    .await
-    .unwrap();
+    let mut serve = ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        connection_token: Some(TOKEN.into()),
+        ..Default::default()
+    };
+    tweak(&mut serve);
+    let server = claude_host_ahp::start(serve, host.clone()).await.unwrap();
     let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
     Env {
         fake,

@@ -30,7 +30,19 @@ async fn a_full_session_auth_turn_tool_confirmation_and_matching_state() {
         Reply::text_deltas(vec!["Wrote ".into(), "the ".into(), "file.".into()]),
     ));
     let c = e.client().await;
+    let mut events = c.events();
     let init = initialize(&c, "client-a").await;
+    // Told at once that a sign-in is needed.
+    loop {
+        let ev = tokio::time::timeout(WAIT, events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let SubscriptionEvent::AuthRequired(p) = ev.event {
+            assert_eq!(p.resource.resource, GITHUB_RESOURCE);
+            break;
+        }
+    }
     assert_eq!(init.protocol_version, ahp_types::version::PROTOCOL_VERSION);
     let root = serde_json::to_value(&init.snapshots[0].state).unwrap();
     assert_eq!(root["agents"][0]["provider"], "claude");
@@ -263,4 +275,44 @@ async fn a_gap_longer_than_the_replay_buffer_gets_snapshots() {
         result["snapshots"][0]["state"],
         e.server_chat_state(&chat).await
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_dropped_without_stalling_the_others() {
+    use futures_util::SinkExt;
+    let e = env_serving(HostConfig::default(), |s| s.outbound_queue = 16).await;
+    e.fake.push(rule(
+        Match::LastUserContains("flood".into()),
+        Reply::many_deltas(300),
+    ));
+    let c = e.ready_client("reader").await;
+    let (_, chat) = e.create_session(&c).await;
+    // A raw connection that subscribes and then never reads again.
+    let (mut stuck, _) = tokio_tungstenite::connect_async(&e.url).await.unwrap();
+    for msg in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"channel": "ahp-root://",
+            "clientId": "stuck", "protocolVersions": ["1.0.0"]}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "subscribe", "params": {"channel": chat}}),
+    ] {
+        stuck
+            .send(tokio_tungstenite::tungstenite::Message::Text(
+                msg.to_string().into(),
+            ))
+            .await
+            .unwrap();
+    }
+    let mut m = Mirror::subscribe(&c, &chat).await;
+    c.dispatch(chat.clone(), user_turn("t1", "flood me"))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, m.until("chat/turnComplete"))
+        .await
+        .expect("the reading client is not held back");
+    let deltas = m
+        .envelopes
+        .iter()
+        .filter(|e| kind(e) == "chat/delta")
+        .count();
+    assert_eq!(deltas, 300);
+    assert_eq!(m.json(), e.server_chat_state(&chat).await);
 }

@@ -184,18 +184,4 @@ impl Callbacks for Recorder {
 }
 
 /// True once no process of the group is left.
-pub(crate) async fn group_gone(pgid: i32) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        #[allow(unsafe_code)]
-        // SAFETY: signal 0 only checks for existence.
-        let alive = unsafe { libc::kill(-pgid, 0) } == 0;
-        if !alive {
-            return true;
-        }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub(crate) use claude_host_testkit::cli::group_gone;
