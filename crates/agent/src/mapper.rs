@@ -78,6 +78,12 @@ pub struct TurnMapper {
 impl TurnMapper {
     /// Starts a turn: returns the mapper and the `chat/turnStarted` action.
     pub fn start(turn_id: &str, prompt: &str) -> (TurnMapper, Vec<StateAction>) {
+        TurnMapper::start_from(turn_id, prompt, "user")
+    }
+
+    /// Starts a turn whose message came from `origin` (`user`, or `systemNotification` for a
+    /// turn Claude Code started by itself).
+    pub fn start_from(turn_id: &str, prompt: &str, origin: &str) -> (TurnMapper, Vec<StateAction>) {
         let m = TurnMapper {
             turn_id: turn_id.to_owned(),
             started: Instant::now(),
@@ -89,7 +95,7 @@ impl TurnMapper {
         };
         let started = action(json!({
             "type": "chat/turnStarted", "turnId": turn_id, "startedAt": now_rfc3339(),
-            "message": {"text": prompt, "origin": {"kind": "user"}},
+            "message": {"text": prompt, "origin": {"kind": origin}},
         }));
         (m, started.into_iter().collect())
     }

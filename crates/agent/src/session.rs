@@ -50,6 +50,17 @@ pub struct InputReply {
     pub answers: HashMap<String, ChatInputAnswer>,
 }
 
+/// Where our prompt's command is in the CLI's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CommandState {
+    /// No `command_lifecycle` frame for it yet (older CLIs send none).
+    Unseen,
+    /// Queued behind another command.
+    Queued,
+    /// Running (or done).
+    Started,
+}
+
 /// What a parked CLI callback waits for.
 enum Waiter {
     Tool(oneshot::Sender<Confirmation>),
@@ -1019,6 +1030,7 @@ impl ChatSession {
     ) -> Result<String, ChatSessionError> {
         let _turn = self.turn_lock.lock().await;
         let cli = self.materialize().await?;
+        self.adopt_unsolicited(&cli).await;
         let number = self.turns.fetch_add(1, Ordering::SeqCst) + 1;
         let turn_id = turn_id.unwrap_or_else(|| format!("turn-{number}"));
         self.aborting.store(false, Ordering::SeqCst);
@@ -1032,6 +1044,74 @@ impl ChatSession {
         self.inner.changed.notify_waiters();
         self.save_overlay().await;
         result.map(|()| turn_id)
+    }
+
+    /// Turns Claude Code started on its own between our turns (after a background task
+    /// finished, say) are waiting in the frame queue: they become turns of their own, with a
+    /// system-notification message, before the next prompt's turn starts.
+    async fn adopt_unsolicited(&self, cli: &ClaudeSession) {
+        let mut waiting = Vec::new();
+        while let Some(item) = cli.try_recv_frame() {
+            waiting.push(item);
+        }
+        // Its content, or the CLI saying it is running again after going idle.
+        let is_turn_content = |f: &claude_host_protocol::stream_json::Frame| {
+            matches!(
+                f.kind,
+                FrameKind::Assistant | FrameKind::StreamEvent | FrameKind::Result
+            ) || (f.raw.get("subtype").and_then(Value::as_str) == Some("session_state_changed")
+                && f.raw.get("state").and_then(Value::as_str) == Some("running"))
+        };
+        if !waiting
+            .iter()
+            .any(|i| i.as_ref().is_ok_and(is_turn_content))
+        {
+            return;
+        }
+        let text = waiting
+            .iter()
+            .filter_map(|i| i.as_ref().ok())
+            .find(|f| f.raw.get("subtype").and_then(Value::as_str) == Some("task_notification"))
+            .map(|f| {
+                let what = f
+                    .raw
+                    .get("summary")
+                    .or_else(|| f.raw.get("description"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("a background task");
+                let status = f
+                    .raw
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("finished");
+                format!("{what} {status}")
+            })
+            .unwrap_or_else(|| "Claude Code continued on its own".to_owned());
+        let number = self.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        let turn_id = format!("turn-{number}");
+        *lock(&self.inner.turn) = Some(turn_id.clone());
+        let (mut mapper, started) = TurnMapper::start_from(&turn_id, &text, "systemNotification");
+        self.inner.apply(started);
+        let mut queue = waiting.into_iter();
+        while !mapper.finished() {
+            let item = match queue.next() {
+                Some(i) => Some(i),
+                None => tokio::time::timeout(Duration::from_secs(600), cli.recv_frame())
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            match item {
+                Some(Ok(frame)) => self.inner.apply(mapper.map(&frame)),
+                Some(Err(SessionError::Exited { .. })) | None => {
+                    self.inner
+                        .apply(mapper.fail("the Claude Code CLI went away"));
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "skipping a bad frame"),
+            }
+        }
+        *lock(&self.inner.turn) = None;
+        tracing::info!(turn = %turn_id, "adopted a turn Claude Code started on its own");
     }
 
     /// Injects a message into the running turn (steering): the model sees it at its next
@@ -1099,10 +1179,14 @@ impl ChatSession {
         mapper: &mut TurnMapper,
         prompt: &str,
     ) -> Result<(), ChatSessionError> {
-        if let Err(e) = cli.send_user(json!(prompt), None, None).await {
+        // The message's uuid names our command in the CLI's `command_lifecycle` frames, so a
+        // `result` of a turn the CLI started on its own is not taken for ours.
+        let command = uuid::Uuid::new_v4().to_string();
+        if let Err(e) = cli.send_user(json!(prompt), Some(&command), None).await {
             self.inner.apply(mapper.fail(&e.to_string()));
             return Err(e.into());
         }
+        let mut ours = CommandState::Unseen;
         let mut held_result = None;
         while !mapper.finished() {
             match cli.recv_frame().await {
@@ -1117,8 +1201,17 @@ impl ChatSession {
                         // A steering message becomes a command of its own; once it started,
                         // it has been handed to the model.
                         Some("command_lifecycle") => {
-                            if let Some(id) = frame.raw.get("command_uuid").and_then(Value::as_str)
-                                && frame.raw.get("state").and_then(Value::as_str) != Some("queued")
+                            let id = frame.raw.get("command_uuid").and_then(Value::as_str);
+                            let state = frame.raw.get("state").and_then(Value::as_str);
+                            if id == Some(command.as_str()) {
+                                ours = if state == Some("queued") {
+                                    CommandState::Queued
+                                } else {
+                                    CommandState::Started
+                                };
+                            }
+                            if let Some(id) = id
+                                && state != Some("queued")
                                 && lock(&self.steering).iter().any(|s| s == id)
                             {
                                 self.consume_steering(vec![id.to_owned()]);
@@ -1142,6 +1235,12 @@ impl ChatSession {
                         _ => {}
                     }
                     if frame.kind == FrameKind::Result {
+                        // Our command is known but not started: this result ends a turn the
+                        // CLI ran before it.
+                        if ours == CommandState::Queued {
+                            tracing::debug!("a result before our command started; skipped");
+                            continue;
+                        }
                         // A steering message still to run means this result ends only the
                         // step before it; the turn goes on.
                         if !lock(&self.steering).is_empty() {

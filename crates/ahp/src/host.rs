@@ -536,6 +536,21 @@ impl Host {
         Ok(Value::Null)
     }
 
+    /// `createChat`: each session has exactly one chat (its Claude session), created with
+    /// it; asking for that one again is accepted, any other is refused with the reason.
+    pub async fn create_chat(&self, params: &Value) -> Result<Value, RpcError> {
+        let session = str_param(params, "channel")?;
+        let chat = str_param(params, "chat")?;
+        let hs = self.session_for(session).await?;
+        if chat == hs.chat_uri {
+            return Ok(Value::Null);
+        }
+        Err(RpcError::invalid_params(format!(
+            "this host runs one chat per session; use {} (fork and side chats are not supported)",
+            hs.chat_uri
+        )))
+    }
+
     /// `listSessions`: live sessions and every restorable one, newest first.
     pub async fn list_sessions(&self, params: &Value) -> Result<Value, RpcError> {
         let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;

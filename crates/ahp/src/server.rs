@@ -409,6 +409,7 @@ async fn request(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, method: &str, p
         "subscribe" => return subscribe(host, conn, id, &params).await,
         "createSession" => host.create_session(&params).await,
         "disposeSession" => host.dispose_session(&params).await,
+        "createChat" => host.create_chat(&params).await,
         "listSessions" => host.list_sessions(&params).await,
         "authenticate" => host.authenticate(&params).await,
         "resolveSessionConfig" => host.resolve_session_config(&params).await,
@@ -554,5 +555,42 @@ async fn reconnect(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
                 conn.forward(&uri, s.live);
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_whose_queue_is_full_is_closed_not_waited_for() {
+        let (out, _rx) = mpsc::channel(2);
+        let (closing, closed) = watch::channel(false);
+        let conn = Conn {
+            out,
+            client_id: Mutex::new(None),
+            initialized: AtomicBool::new(true),
+            closing,
+            forwarders: Mutex::new(HashMap::new()),
+            pending: Arc::new(Semaphore::new(1)),
+            max_pending: 1,
+        };
+        assert!(conn.send("1".into()));
+        assert!(conn.send("2".into()));
+        assert!(!*closed.borrow());
+        assert!(!conn.send("3".into()), "never blocks on a full queue");
+        assert!(*closed.borrow(), "the slow connection is told to close");
+    }
+
+    #[test]
+    fn the_token_is_taken_from_the_query_only_exactly() {
+        let req = |uri: &str| Request::builder().uri(uri).body(()).unwrap();
+        assert!(token_ok(&req("/?tkn=abc"), "abc"));
+        assert!(token_ok(&req("/?x=1&tkn=abc"), "abc"));
+        assert!(!token_ok(&req("/?tkn=abcd"), "abc"));
+        assert!(!token_ok(&req("/?tkn=ab"), "abc"));
+        assert!(!token_ok(&req("/"), "abc"));
+        assert!(!token_ok(&req("/abc"), "abc"));
     }
 }

@@ -305,6 +305,12 @@ impl ClaudeSession {
         self.frames.lock().await.recv().await
     }
 
+    /// The next frame if one is already waiting (never blocks; `None` also while another
+    /// task is reading).
+    pub fn try_recv_frame(&self) -> Option<Result<Frame, SessionError>> {
+        self.frames.try_lock().ok()?.try_recv().ok()
+    }
+
     /// Kills the CLI's whole process group now (for a CLI that does not answer an interrupt).
     /// Its exit is then reported like any other.
     pub fn kill(&self) {

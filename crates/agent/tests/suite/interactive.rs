@@ -439,3 +439,67 @@ async fn abort_denies_parked_questions_and_close_is_idempotent() {
         Err(claude_host_agent::ChatSessionError::Closed)
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_claude_code_starts_on_its_own_becomes_its_own_turn() {
+    let e = env().await;
+    e.fake.push(rule(
+        Match::LastUserContains("in the background".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "sleep 1; echo done-in-bg", "run_in_background": true,
+                   "description": "nap"}),
+        ),
+    ));
+    e.fake
+        .push(rule(Match::HasToolResult, Reply::text("Started it.")));
+    e.fake.push(rule(
+        Match::LastUserContains("zebra".into()),
+        Reply::text("Zebra answer."),
+    ));
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("The nap finished."),
+        times: Some(3),
+    });
+    let mut opts = e.opts();
+    // Root needs the sandbox marker for bypass; the test runs wherever CI runs.
+    opts.permission_mode = Some("bypassPermissions".into());
+    opts.extra_env.push(("IS_SANDBOX".into(), "1".into()));
+    let s = e.session(opts);
+    s.send("run something in the background").await.unwrap();
+    // The CLI answers the task's end by itself: a third model request.
+    e.fake.wait_message_requests(3, WAIT).await.unwrap();
+    s.send("and now zebra").await.unwrap();
+    let state = serde_json::to_value(s.state()).unwrap();
+    let turns = state["turns"].as_array().unwrap();
+    let summary: Vec<(String, String, String)> = turns
+        .iter()
+        .map(|t| {
+            let text = t["responseParts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["kind"] == "markdown")
+                .map(|p| p["content"].as_str().unwrap().to_owned())
+                .collect::<String>();
+            (
+                t["message"]["origin"]["kind"].as_str().unwrap().to_owned(),
+                t["state"].as_str().unwrap().to_owned(),
+                text,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("user".into(), "complete".into(), "Started it.".into()),
+            (
+                "systemNotification".into(),
+                "complete".into(),
+                "The nap finished.".into()
+            ),
+            ("user".into(), "complete".into(), "Zebra answer.".into()),
+        ]
+    );
+}

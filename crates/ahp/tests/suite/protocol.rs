@@ -278,9 +278,11 @@ async fn a_gap_longer_than_the_replay_buffer_gets_snapshots() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_stops_reading_is_dropped_without_stalling_the_others() {
+async fn a_client_that_stops_reading_does_not_stall_the_others() {
     use futures_util::SinkExt;
-    let e = env_serving(HostConfig::default(), |s| s.outbound_queue = 16).await;
+    // The default queue: a reader that keeps up is never dropped; the stuck one is (see
+    // the server's unit test for the queue limit itself).
+    let e = env().await;
     e.fake.push(rule(
         Match::LastUserContains("flood".into()),
         Reply::many_deltas(300),
@@ -315,4 +317,143 @@ async fn a_client_that_stops_reading_is_dropped_without_stalling_the_others() {
         .count();
     assert_eq!(deltas, 300);
     assert_eq!(m.json(), e.server_chat_state(&chat).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_listing_rejection_and_disposal() {
+    let e = env().await;
+    e.fake.push(rule(
+        Match::LastUserContains("first".into()),
+        Reply::text("first answer"),
+    ));
+    let c = e.ready_client("cfg").await;
+
+    let resolved: Value = c
+        .request(
+            "resolveSessionConfig",
+            json!({"channel": "ahp-root://", "provider": "claude", "config": {"permissionMode": "plan"}}),
+        )
+        .await
+        .unwrap();
+    let models = resolved["schema"]["properties"]["model"]["enum"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!models.is_empty());
+    assert_eq!(
+        resolved["values"]["model"], models[0],
+        "the default filled in"
+    );
+    assert_eq!(
+        resolved["values"]["permissionMode"], "plan",
+        "the client's value kept"
+    );
+    let completions: Value = c
+        .request(
+            "sessionConfigCompletions",
+            json!({"channel": "ahp-root://", "property": "model", "query": "sonnet"}),
+        )
+        .await
+        .unwrap();
+    let items = completions["items"].as_array().unwrap();
+    assert!(!items.is_empty());
+    assert!(items.iter().all(|i| {
+        i["label"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("sonnet")
+    }));
+
+    let (session, chat) = e.create_session(&c).await;
+    let (_, mut session_sub) = c.subscribe(session.clone()).await.unwrap();
+    let mut m = Mirror::subscribe(&c, &chat).await;
+    c.dispatch(chat.clone(), user_turn("t1", "first question"))
+        .await
+        .unwrap();
+    m.until("chat/turnComplete").await;
+
+    // A model change through the session's config reaches the next model request.
+    let sonnet = models
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|m| m.contains("sonnet"))
+        .unwrap()
+        .to_owned();
+    c.dispatch(
+        session.clone(),
+        serde_json::from_value(
+            json!({"type": "session/configChanged", "config": {"model": sonnet}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    loop {
+        let ev = tokio::time::timeout(WAIT, session_sub.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let SubscriptionEvent::Action(env) = ev
+            && kind(&env) == "session/configChanged"
+        {
+            assert!(env.rejection_reason.is_none(), "{env:?}");
+            break;
+        }
+    }
+    c.dispatch(chat.clone(), user_turn("t2", "second question"))
+        .await
+        .unwrap();
+    m.until("chat/turnComplete").await;
+    assert_eq!(
+        e.fake.message_requests().last().unwrap().json()["model"],
+        sonnet.as_str()
+    );
+
+    // An action the server cannot carry out comes back rejected, with a reason.
+    c.dispatch(
+        chat.clone(),
+        serde_json::from_value(json!({"type": "chat/toolCallConfirmed", "turnId": "t2",
+            "toolCallId": "toolu_nothing", "approved": true}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let rejected = m.until("chat/toolCallConfirmed").await;
+    assert!(rejected.rejection_reason.is_some());
+    assert_eq!(
+        m.json(),
+        e.server_chat_state(&chat).await,
+        "a rejection changes nothing"
+    );
+
+    let listed: Value = c
+        .request("listSessions", json!({"channel": "ahp-root://"}))
+        .await
+        .unwrap();
+    let item = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["resource"] == session.as_str())
+        .cloned()
+        .expect("the session is listed");
+    assert_eq!(item["provider"], "claude");
+    assert_eq!(item["title"], "first question");
+
+    let mut events = c.events();
+    let _: Value = c
+        .request("disposeSession", json!({"channel": session}))
+        .await
+        .unwrap();
+    loop {
+        let ev = tokio::time::timeout(WAIT, events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let SubscriptionEvent::SessionRemoved(p) = ev.event {
+            assert_eq!(p.session, session);
+            break;
+        }
+    }
 }
