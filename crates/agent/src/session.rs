@@ -5,11 +5,11 @@ use crate::mapper::{TurnMapper, action, now_rfc3339};
 use ahp::reducers::{ReduceOutcome, apply_action_to_chat};
 use ahp_types::actions::StateAction;
 use ahp_types::state::{ChatInputAnswer, ChatInputAnswerValue, ChatInputResponseKind, ChatState};
-use claude_host_protocol::stream_json::FrameKind;
+use claude_host_protocol::stream_json::{Frame, FrameKind};
 use claude_host_sdk::CancellationToken;
 use claude_host_sdk::{Callbacks, ClaudeSession, PermissionResult, SessionError, SessionOptions};
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -88,6 +88,12 @@ struct Inner {
     turn: Mutex<Option<String>>,
     waiting: Mutex<HashMap<String, Waiter>>,
     settings: Mutex<Settings>,
+    /// Serializes turns: the client's, and those Claude Code starts on its own.
+    turn_lock: tokio::sync::Mutex<()>,
+    /// Turns so far (numbers new turn ids).
+    turns: AtomicUsize,
+    /// Frames the between-turns watcher read after a send took over.
+    handoff: Mutex<VecDeque<Result<Frame, SessionError>>>,
 }
 
 fn now_ms() -> i64 {
@@ -443,8 +449,6 @@ pub struct ChatSession {
     inner: Arc<Inner>,
     /// The live CLI; the lock also makes concurrent first sends start exactly one.
     cli: tokio::sync::Mutex<Option<Arc<ClaudeSession>>>,
-    /// Serializes turns.
-    turn_lock: tokio::sync::Mutex<()>,
     /// The Claude session id, once the CLI reported it (used to resume after a crash).
     session_id: Mutex<Option<String>>,
     /// The CLI's inputs changed: the next send starts a new CLI resuming this session.
@@ -459,7 +463,8 @@ pub struct ChatSession {
     abort_grace: Duration,
     closed: AtomicBool,
     materializations: AtomicUsize,
-    turns: AtomicUsize,
+    /// Reads frames while no turn runs, to show turns Claude Code starts on its own.
+    watcher: Mutex<Option<(Arc<Notify>, tokio::task::JoinHandle<()>)>>,
     /// Where the host's overlay (title, model, mode, cwd, times) is kept, if anywhere.
     store: Option<Arc<dyn claude_host_store::Store>>,
     /// The first prompt, the default title.
@@ -519,9 +524,11 @@ impl ChatSession {
                 turn: Mutex::new(None),
                 waiting: Mutex::new(HashMap::new()),
                 settings: Mutex::new(settings),
+                turn_lock: tokio::sync::Mutex::new(()),
+                turns: AtomicUsize::new(0),
+                handoff: Mutex::new(VecDeque::new()),
             }),
             cli: tokio::sync::Mutex::new(None),
-            turn_lock: tokio::sync::Mutex::new(()),
             session_id: Mutex::new(None),
             restart_needed: AtomicBool::new(false),
             resume_at: Mutex::new(None),
@@ -530,7 +537,7 @@ impl ChatSession {
             abort_grace: Duration::from_secs(5),
             closed: AtomicBool::new(false),
             materializations: AtomicUsize::new(0),
-            turns: AtomicUsize::new(0),
+            watcher: Mutex::new(None),
             store: None,
             first_prompt: Mutex::new(None),
             created_at: now_ms(),
@@ -557,7 +564,7 @@ impl ChatSession {
         session.inner.apply(vec![loaded]);
         // Later turns must not reuse ids; number them after the restored ones.
         let restored = lock(&session.inner.reduced).state.turns.len();
-        session.turns.store(restored, Ordering::SeqCst);
+        session.inner.turns.store(restored, Ordering::SeqCst);
         Ok(session)
     }
 
@@ -661,7 +668,7 @@ impl ChatSession {
     /// later turns and the next send resumes the same Claude session at that point
     /// (`--resume-session-at`). Waits for a running turn to end first.
     pub async fn truncate(&self, keep_turns: usize) -> Result<(), ChatSessionError> {
-        let _turn = self.turn_lock.lock().await;
+        let _turn = self.inner.turn_lock.lock().await;
         let kept_turn_id = {
             let r = lock(&self.inner.reduced);
             if keep_turns >= r.state.turns.len() {
@@ -800,7 +807,10 @@ impl ChatSession {
 
     /// Starts the CLI now (`warm: true`), so the first prompt does not pay its start-up.
     pub async fn warm(&self) -> Result<(), ChatSessionError> {
-        self.materialize().await.map(|_| ())
+        let _turn = self.inner.turn_lock.lock().await;
+        let cli = self.materialize().await?;
+        self.start_watcher(&cli);
+        Ok(())
     }
 
     /// The process group of the live CLI, if one runs.
@@ -1015,6 +1025,30 @@ impl ChatSession {
         Ok(cli)
     }
 
+    fn start_watcher(&self, cli: &Arc<ClaudeSession>) {
+        if cli.has_exited() || self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let stop = Arc::new(Notify::new());
+        let task = tokio::spawn(watch_between_turns(
+            self.inner.clone(),
+            cli.clone(),
+            stop.clone(),
+        ));
+        if let Some((old_stop, old)) = lock(&self.watcher).replace((stop, task)) {
+            old_stop.notify_one();
+            old.abort();
+        }
+    }
+
+    async fn stop_watcher(&self) {
+        let running = lock(&self.watcher).take();
+        if let Some((stop, task)) = running {
+            stop.notify_one();
+            let _ = task.await;
+        }
+    }
+
     /// Sends a prompt and runs the turn to its end. Sends are serialized: a second send waits
     /// for the first turn. Returns the turn id.
     pub async fn send(&self, prompt: &str) -> Result<String, ChatSessionError> {
@@ -1028,10 +1062,17 @@ impl ChatSession {
         turn_id: Option<String>,
         prompt: &str,
     ) -> Result<String, ChatSessionError> {
-        let _turn = self.turn_lock.lock().await;
+        let _turn = self.inner.turn_lock.lock().await;
+        self.stop_watcher().await;
         let cli = self.materialize().await?;
-        self.adopt_unsolicited(&cli).await;
-        let number = self.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        // Frames of a turn Claude Code started by itself: those the watcher handed over and
+        // those still queued.
+        let mut waiting: Vec<_> = lock(&self.inner.handoff).drain(..).collect();
+        while let Some(item) = cli.try_recv_frame() {
+            waiting.push(item);
+        }
+        adopt(&self.inner, &cli, waiting).await;
+        let number = self.inner.turns.fetch_add(1, Ordering::SeqCst) + 1;
         let turn_id = turn_id.unwrap_or_else(|| format!("turn-{number}"));
         self.aborting.store(false, Ordering::SeqCst);
         *lock(&self.inner.turn) = Some(turn_id.clone());
@@ -1043,75 +1084,8 @@ impl ChatSession {
         self.consume_steering(Vec::new());
         self.inner.changed.notify_waiters();
         self.save_overlay().await;
+        self.start_watcher(&cli);
         result.map(|()| turn_id)
-    }
-
-    /// Turns Claude Code started on its own between our turns (after a background task
-    /// finished, say) are waiting in the frame queue: they become turns of their own, with a
-    /// system-notification message, before the next prompt's turn starts.
-    async fn adopt_unsolicited(&self, cli: &ClaudeSession) {
-        let mut waiting = Vec::new();
-        while let Some(item) = cli.try_recv_frame() {
-            waiting.push(item);
-        }
-        // Its content, or the CLI saying it is running again after going idle.
-        let is_turn_content = |f: &claude_host_protocol::stream_json::Frame| {
-            matches!(
-                f.kind,
-                FrameKind::Assistant | FrameKind::StreamEvent | FrameKind::Result
-            ) || (f.raw.get("subtype").and_then(Value::as_str) == Some("session_state_changed")
-                && f.raw.get("state").and_then(Value::as_str) == Some("running"))
-        };
-        if !waiting
-            .iter()
-            .any(|i| i.as_ref().is_ok_and(is_turn_content))
-        {
-            return;
-        }
-        let text = waiting
-            .iter()
-            .filter_map(|i| i.as_ref().ok())
-            .find(|f| f.raw.get("subtype").and_then(Value::as_str) == Some("task_notification"))
-            .map(|f| {
-                let what = f
-                    .raw
-                    .get("summary")
-                    .or_else(|| f.raw.get("description"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("a background task");
-                let status = f
-                    .raw
-                    .get("status")
-                    .and_then(Value::as_str)
-                    .unwrap_or("finished");
-                format!("{what} {status}")
-            })
-            .unwrap_or_else(|| "Claude Code continued on its own".to_owned());
-        let number = self.turns.fetch_add(1, Ordering::SeqCst) + 1;
-        let turn_id = format!("turn-{number}");
-        *lock(&self.inner.turn) = Some(turn_id.clone());
-        let (mut mapper, started) = TurnMapper::start_from(&turn_id, &text, "systemNotification");
-        self.inner.apply(started);
-        let mut queue = waiting.into_iter();
-        while !mapper.finished() {
-            let item = match queue.next() {
-                Some(i) => Some(i),
-                None => tokio::time::timeout(Duration::from_secs(600), cli.recv_frame())
-                    .await
-                    .ok()
-                    .flatten(),
-            };
-            match item {
-                Some(Ok(frame)) => self.inner.apply(mapper.map(&frame)),
-                Some(Err(SessionError::Exited { .. })) | None => {
-                    self.inner
-                        .apply(mapper.fail("the Claude Code CLI went away"));
-                }
-                Some(Err(e)) => tracing::warn!(error = %e, "skipping a bad frame"),
-            }
-        }
-        *lock(&self.inner.turn) = None;
-        tracing::info!(turn = %turn_id, "adopted a turn Claude Code started on its own");
     }
 
     /// Injects a message into the running turn (steering): the model sees it at its next
@@ -1287,6 +1261,7 @@ impl ChatSession {
             let _ = self.abort().await;
         }
         refuse_all(&self.inner);
+        self.stop_watcher().await;
         if let Some(cli) = self.cli.lock().await.take() {
             close_cli(cli).await;
         }
@@ -1301,5 +1276,93 @@ async fn close_cli(cli: Arc<ClaudeSession>) {
             let _ = cli.close().await;
         }
         Err(shared) => shared.kill(),
+    }
+}
+
+/// Whether a frame shows a turn going on: its content, or the CLI saying it is running.
+fn shows_a_turn(f: &Frame) -> bool {
+    matches!(
+        f.kind,
+        FrameKind::Assistant | FrameKind::StreamEvent | FrameKind::Result
+    ) || (f.raw.get("subtype").and_then(Value::as_str) == Some("session_state_changed")
+        && f.raw.get("state").and_then(Value::as_str) == Some("running"))
+}
+
+/// A turn Claude Code started on its own (after a background task finished, say), given the
+/// frames read so far: it becomes a turn of its own with a system-notification message, read
+/// to its end. The caller holds the turn lock. Frames that show no turn are dropped.
+async fn adopt(inner: &Inner, cli: &ClaudeSession, waiting: Vec<Result<Frame, SessionError>>) {
+    if !waiting.iter().any(|i| i.as_ref().is_ok_and(shows_a_turn)) {
+        return;
+    }
+    let text = waiting
+        .iter()
+        .filter_map(|i| i.as_ref().ok())
+        .find(|f| f.raw.get("subtype").and_then(Value::as_str) == Some("task_notification"))
+        .map(|f| {
+            let what = f
+                .raw
+                .get("summary")
+                .or_else(|| f.raw.get("description"))
+                .and_then(Value::as_str)
+                .unwrap_or("a background task");
+            let status = f
+                .raw
+                .get("status")
+                .and_then(Value::as_str)
+                .unwrap_or("finished");
+            format!("{what} {status}")
+        })
+        .unwrap_or_else(|| "Claude Code continued on its own".to_owned());
+    let number = inner.turns.fetch_add(1, Ordering::SeqCst) + 1;
+    let turn_id = format!("turn-{number}");
+    *lock(&inner.turn) = Some(turn_id.clone());
+    let (mut mapper, started) = TurnMapper::start_from(&turn_id, &text, "systemNotification");
+    inner.apply(started);
+    let mut queue = waiting.into_iter();
+    while !mapper.finished() {
+        let item = match queue.next() {
+            Some(i) => Some(i),
+            None => tokio::time::timeout(Duration::from_secs(600), cli.recv_frame())
+                .await
+                .ok()
+                .flatten(),
+        };
+        match item {
+            Some(Ok(frame)) => inner.apply(mapper.map(&frame)),
+            Some(Err(SessionError::Exited { .. })) | None => {
+                inner.apply(mapper.fail("the Claude Code CLI went away"));
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "skipping a bad frame"),
+        }
+    }
+    *lock(&inner.turn) = None;
+    inner.changed.notify_waiters();
+    tracing::info!(turn = %turn_id, "adopted a turn Claude Code started on its own");
+}
+
+/// Reads the CLI's frames while no turn of ours runs, so a turn Claude Code starts by itself
+/// is shown as it happens. Stops when told (a send takes over the frames) or when the CLI is
+/// gone; a frame read just as a send took the turn lock is handed to that send.
+async fn watch_between_turns(inner: Arc<Inner>, cli: Arc<ClaudeSession>, stop: Arc<Notify>) {
+    loop {
+        // `recv_frame` is cancel-safe: stopping mid-wait loses no frame.
+        let item = tokio::select! {
+            biased;
+            () = stop.notified() => return,
+            item = cli.recv_frame() => item,
+        };
+        let Some(item) = item else { return };
+        let gone = matches!(item, Err(SessionError::Exited { .. }));
+        match inner.turn_lock.try_lock() {
+            Err(_) => {
+                lock(&inner.handoff).push_back(item);
+                return;
+            }
+            Ok(_guard) => adopt(&inner, &cli, vec![item]).await,
+        }
+        if gone {
+            return;
+        }
     }
 }

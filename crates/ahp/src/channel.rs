@@ -32,6 +32,10 @@ impl ChannelState {
         }
     }
 
+    fn is_session(&self) -> bool {
+        matches!(self, ChannelState::Session(_))
+    }
+
     fn snapshot_state(&self) -> SnapshotState {
         match self {
             ChannelState::Root(s) => SnapshotState::Root(s.clone()),
@@ -93,9 +97,12 @@ pub struct Replay {
 impl Channel {
     /// A channel holding `state`, replaying up to `capacity` actions.
     pub fn new(uri: &str, state: ChannelState, capacity: usize) -> Arc<Channel> {
-        // The live ring only has to absorb bursts between a subscriber's reads; a subscriber
-        // that falls further behind is disconnected and reconnects through replay.
-        let (live, _) = broadcast::channel(1024);
+        // The live ring only has to absorb bursts between a subscriber's reads (a subscriber
+        // that falls further behind is disconnected and reconnects through replay). It is
+        // allocated up front, so it is sized by how busy the channel gets: a chat streams a
+        // delta per token, a session changes a few times per turn.
+        let ring = if state.is_session() { 64 } else { 1024 };
+        let (live, _) = broadcast::channel(ring);
         Arc::new(Channel {
             uri: uri.to_owned(),
             inner: Mutex::new(Inner {

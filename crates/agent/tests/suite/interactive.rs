@@ -467,9 +467,32 @@ async fn a_turn_claude_code_starts_on_its_own_becomes_its_own_turn() {
     opts.permission_mode = Some("bypassPermissions".into());
     opts.extra_env.push(("IS_SANDBOX".into(), "1".into()));
     let s = e.session(opts);
+    let mut rx = s.subscribe();
     s.send("run something in the background").await.unwrap();
-    // The CLI answers the task's end by itself: a third model request.
-    e.fake.wait_message_requests(3, WAIT).await.unwrap();
+    // When the task ends the CLI starts a turn by itself; it shows up live, with nothing
+    // sent by the client.
+    let mut adopted = None;
+    loop {
+        let a = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let v = serde_json::to_value(&a).unwrap();
+        if v["type"] == "chat/turnStarted" && v["message"]["origin"]["kind"] == "systemNotification"
+        {
+            adopted = v["turnId"].as_str().map(str::to_owned);
+        }
+        if v["type"] == "chat/turnComplete" && adopted.is_some() && v["turnId"] == json!(adopted) {
+            break;
+        }
+    }
+    assert_eq!(
+        serde_json::to_value(s.state()).unwrap()["turns"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     s.send("and now zebra").await.unwrap();
     let state = serde_json::to_value(s.state()).unwrap();
     let turns = state["turns"].as_array().unwrap();
