@@ -897,6 +897,48 @@ impl Host {
     }
 }
 
+/// The session-level mirror of a chat waiting for the user (`session/inputNeededSet`) or no
+/// longer waiting (`session/inputNeededRemoved`), with the session status that goes with it.
+fn input_needed(hs: &HostSession, chat_action: &Value) -> Option<(Value, u32)> {
+    const INPUT_NEEDED: u32 = 24;
+    match chat_action["type"].as_str()? {
+        // A re-announced tool call without `confirmed` waits for the user.
+        "chat/toolCallReady" if chat_action.get("confirmed").is_none_or(Value::is_null) => {
+            let id = chat_action["toolCallId"].as_str()?;
+            let ChannelState::Chat(state) = hs.chat_channel.state() else {
+                return None;
+            };
+            let parts = serde_json::to_value(&state.active_turn.as_ref()?.response_parts).ok()?;
+            let tool_call = parts
+                .as_array()?
+                .iter()
+                .find(|p| p["toolCall"]["toolCallId"] == id)?["toolCall"]
+                .clone();
+            Some((
+                json!({"type": "session/inputNeededSet", "request": {"kind": "toolConfirmation",
+                    "id": id, "chat": hs.chat_uri, "turnId": chat_action["turnId"],
+                    "toolCall": tool_call}}),
+                INPUT_NEEDED,
+            ))
+        }
+        "chat/inputRequested" => Some((
+            json!({"type": "session/inputNeededSet", "request": {"kind": "chatInput",
+                "id": chat_action["request"]["id"], "chat": hs.chat_uri,
+                "request": chat_action["request"]}}),
+            INPUT_NEEDED,
+        )),
+        "chat/toolCallConfirmed" => Some((
+            json!({"type": "session/inputNeededRemoved", "id": chat_action["toolCallId"]}),
+            status::IN_PROGRESS,
+        )),
+        "chat/inputCompleted" => Some((
+            json!({"type": "session/inputNeededRemoved", "id": chat_action["requestId"]}),
+            status::IN_PROGRESS,
+        )),
+        _ => None,
+    }
+}
+
 /// Applies `session/configChanged` values to the chat.
 async fn apply_config(chat: &ChatSession, config: &Map<String, Value>) -> Result<(), String> {
     if let Some(m) = config.get("model").and_then(Value::as_str) {
@@ -991,6 +1033,12 @@ async fn pump(
                 }
                 let origin = hs.take_origin(&a);
                 hs.chat_channel.publish(&seq, a, origin, None);
+                if let Some((input, status)) = input_needed(&hs, &v)
+                    && let Some(input) = action(input)
+                {
+                    hs.session_channel.publish(&seq, input, None, None);
+                    summary_changed(json!({"status": status}));
+                }
                 let new_status = match ty.as_str() {
                     "chat/turnStarted" => Some(status::IN_PROGRESS),
                     "chat/turnComplete" | "chat/turnCancelled" => Some(status::IDLE),

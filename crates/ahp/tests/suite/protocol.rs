@@ -90,7 +90,7 @@ async fn a_full_session_auth_turn_tool_confirmation_and_matching_state() {
     }
 
     let (session, chat) = e.create_session(&c).await;
-    let (snap, _s) = c.subscribe(session.clone()).await.unwrap();
+    let (snap, mut session_sub) = c.subscribe(session.clone()).await.unwrap();
     let s = serde_json::to_value(snap.snapshot.unwrap().state).unwrap();
     assert_eq!(s["defaultChat"], chat.as_str());
     assert_eq!(s["lifecycle"], "ready");
@@ -121,6 +121,23 @@ async fn a_full_session_auth_turn_tool_confirmation_and_matching_state() {
         .unwrap()["toolCall"]["status"]
         .clone();
     assert_eq!(pending, "pending-confirmation");
+    // The session says it waits for the user, and on which tool call.
+    let needed = loop {
+        let ev = tokio::time::timeout(WAIT, session_sub.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let SubscriptionEvent::Action(env) = ev
+            && kind(&env) == "session/inputNeededSet"
+        {
+            break serde_json::to_value(&env.action).unwrap();
+        }
+    };
+    assert_eq!(needed["request"]["kind"], "toolConfirmation");
+    assert_eq!(
+        needed["request"]["toolCall"]["toolCallId"],
+        tool_call_id.as_str()
+    );
     c.dispatch(
         chat.clone(),
         serde_json::from_value(json!({"type": "chat/toolCallConfirmed", "turnId": "t1",
@@ -131,6 +148,13 @@ async fn a_full_session_auth_turn_tool_confirmation_and_matching_state() {
     .unwrap();
     m.until("chat/turnComplete").await;
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "from ahp");
+    match e.host.channel(&session).await.unwrap().state() {
+        claude_host_ahp::channel::ChannelState::Session(s) => assert!(
+            s.input_needed.unwrap_or_default().is_empty(),
+            "nothing waits once the tool call is answered"
+        ),
+        _ => panic!("not a session"),
+    }
 
     let deltas: Vec<String> = m
         .envelopes
