@@ -818,6 +818,17 @@ impl ChatSession {
         self.live_cli().await.and_then(|c| c.pgid())
     }
 
+    /// Waits until no turn runs.
+    pub async fn wait_idle(&self) {
+        loop {
+            let changed = self.inner.changed.notified();
+            if !self.turn_running() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Whether a turn is running.
     pub fn turn_running(&self) -> bool {
         lock(&self.inner.turn).is_some()

@@ -11,7 +11,7 @@ use claude_host_agent::{
     Agent, AgentError, ChatSession, ChatSessionError, Confirmation, InputReply, NewSession,
 };
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -132,6 +132,10 @@ pub struct HostSession {
     origins: Mutex<HashMap<String, ActionOrigin>>,
     created_at: String,
     pump: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Queued messages (id, text), started as turns one after another.
+    queue: Mutex<VecDeque<(String, String)>>,
+    /// Held while the queue is being worked off, so queued turns start in order.
+    draining: tokio::sync::Mutex<()>,
 }
 
 /// The key an emitted action is matched on to a client's dispatch.
@@ -373,6 +377,8 @@ impl Host {
             origins: Mutex::new(HashMap::new()),
             created_at: now_rfc3339(),
             pump: Mutex::new(None),
+            queue: Mutex::new(VecDeque::new()),
+            draining: tokio::sync::Mutex::new(()),
         });
         let mut sessions = lock(&self.sessions);
         if let Some(existing) = sessions.get(id) {
@@ -794,6 +800,7 @@ impl Host {
                         tracing::warn!(session = %hs2.uri, error = %e, "turn failed");
                     }
                     host.touch(&hs2);
+                    drain_queue(host.seq.clone(), hs2);
                 });
                 Ok(())
             }
@@ -826,9 +833,59 @@ impl Host {
                     e.to_string()
                 })
             }
+            "chat/pendingMessageSet" if raw["kind"] == "queued" => {
+                let id = raw["id"].as_str().unwrap_or("").to_owned();
+                if id.is_empty() {
+                    return Err("a queued message needs an id".into());
+                }
+                let text = raw["message"]["text"].as_str().unwrap_or("").to_owned();
+                {
+                    let mut queue = lock(&hs.queue);
+                    match queue.iter_mut().find(|(q, _)| *q == id) {
+                        Some(entry) => entry.1 = text,
+                        None => queue.push_back((id, text)),
+                    }
+                }
+                hs.chat_channel.publish(&self.seq, a, Some(origin), None);
+                drain_queue(self.seq.clone(), hs.clone());
+                Ok(())
+            }
+            "chat/pendingMessageRemoved" if raw["kind"] == "queued" => {
+                let id = raw["id"].as_str().unwrap_or("");
+                let mut queue = lock(&hs.queue);
+                let before = queue.len();
+                queue.retain(|(q, _)| q != id);
+                if queue.len() == before {
+                    return Err(format!("no queued message {id}"));
+                }
+                drop(queue);
+                hs.chat_channel.publish(&self.seq, a, Some(origin), None);
+                Ok(())
+            }
+            "chat/queuedMessagesReordered" => {
+                let order: Vec<String> = raw["order"]
+                    .as_array()
+                    .map(|o| {
+                        o.iter()
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut queue = lock(&hs.queue);
+                let mut rest: Vec<(String, String)> = queue.drain(..).collect();
+                for id in &order {
+                    if let Some(at) = rest.iter().position(|(q, _)| q == id) {
+                        queue.push_back(rest.remove(at));
+                    }
+                }
+                queue.extend(rest);
+                drop(queue);
+                hs.chat_channel.publish(&self.seq, a, Some(origin), None);
+                Ok(())
+            }
             "chat/pendingMessageSet" => {
                 if raw["kind"] != "steering" {
-                    return Err("queued messages are not supported; send when the turn ends".into());
+                    return Err("unknown pending message kind".into());
                 }
                 let id = raw["id"].as_str().unwrap_or("");
                 if uuid::Uuid::parse_str(id).is_err() {
@@ -939,6 +996,31 @@ fn input_needed(hs: &HostSession, chat_action: &Value) -> Option<(Value, u32)> {
     }
 }
 
+/// Starts queued messages as turns, in order, each once the chat is idle.
+fn drain_queue(seq: Arc<AtomicU64>, hs: Arc<HostSession>) {
+    tokio::spawn(async move {
+        let _one_at_a_time = hs.draining.lock().await;
+        loop {
+            if lock(&hs.queue).is_empty() {
+                return;
+            }
+            hs.chat.wait_idle().await;
+            let Some((id, text)) = lock(&hs.queue).pop_front() else {
+                return;
+            };
+            if let Some(removed) =
+                action(json!({"type": "chat/pendingMessageRemoved", "kind": "queued", "id": id}))
+            {
+                hs.chat_channel.publish(&seq, removed, None, None);
+            }
+            let turn_id = uuid::Uuid::new_v4().to_string();
+            if let Err(e) = hs.chat.send_turn(Some(turn_id), &text).await {
+                tracing::warn!(session = %hs.uri, error = %e, "queued turn failed");
+            }
+        }
+    });
+}
+
 /// Applies `session/configChanged` values to the chat.
 async fn apply_config(chat: &ChatSession, config: &Map<String, Value>) -> Result<(), String> {
     if let Some(m) = config.get("model").and_then(Value::as_str) {
@@ -1038,6 +1120,13 @@ async fn pump(
                 {
                     hs.session_channel.publish(&seq, input, None, None);
                     summary_changed(json!({"status": status}));
+                }
+                if matches!(
+                    ty.as_str(),
+                    "chat/turnComplete" | "chat/turnCancelled" | "chat/error"
+                ) && !lock(&hs.queue).is_empty()
+                {
+                    drain_queue(seq.clone(), hs.clone());
                 }
                 let new_status = match ty.as_str() {
                     "chat/turnStarted" => Some(status::IN_PROGRESS),

@@ -481,3 +481,60 @@ async fn config_listing_rejection_and_disposal() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_messages_start_as_turns_in_order_after_the_running_one() {
+    let e = env().await;
+    let (reply, gate) = Reply::gated("the first answer takes a while", 4);
+    e.fake
+        .push(rule(Match::LastUserContains("first".into()), reply));
+    e.fake.push(rule(
+        Match::LastUserContains("second".into()),
+        Reply::text("second answer"),
+    ));
+    e.fake.push(rule(
+        Match::LastUserContains("third".into()),
+        Reply::text("third answer"),
+    ));
+    let c = e.ready_client("queue").await;
+    let (_, chat) = e.create_session(&c).await;
+    let mut m = Mirror::subscribe(&c, &chat).await;
+    c.dispatch(chat.clone(), user_turn("t1", "first"))
+        .await
+        .unwrap();
+    m.until("chat/delta").await;
+    for (id, text) in [("q1", "second"), ("q2", "third")] {
+        c.dispatch(
+            chat.clone(),
+            serde_json::from_value(json!({"type": "chat/pendingMessageSet", "kind": "queued",
+                "id": id, "message": {"text": text, "origin": {"kind": "user"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let set = m.until("chat/pendingMessageSet").await;
+    assert!(set.rejection_reason.is_none(), "{set:?}");
+    gate.open();
+    let mut completed = 0;
+    while completed < 3 {
+        if kind(&m.next().await) == "chat/turnComplete" {
+            completed += 1;
+        }
+    }
+    let state = m.json();
+    let prompts: Vec<&str> = state["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["message"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["first", "second", "third"]);
+    assert!(
+        state["queuedMessages"]
+            .as_array()
+            .is_none_or(|q| q.is_empty()),
+        "{state}"
+    );
+    assert_eq!(state, e.server_chat_state(&chat).await);
+}
