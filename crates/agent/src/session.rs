@@ -808,6 +808,7 @@ impl ChatSession {
     /// Starts the CLI now (`warm: true`), so the first prompt does not pay its start-up.
     pub async fn warm(&self) -> Result<(), ChatSessionError> {
         let _turn = self.inner.turn_lock.lock().await;
+        self.stop_watcher().await;
         let cli = self.materialize().await?;
         self.start_watcher(&cli);
         Ok(())
