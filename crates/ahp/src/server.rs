@@ -394,7 +394,24 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
             }
             let (host, conn, method) = (host.clone(), conn.clone(), method.to_owned());
             tokio::spawn(async move {
-                request(&host, &conn, &id, &method, params).await;
+                // A failure inside a handler still gets an answer, so the client never waits
+                // on a request that died.
+                let handler = {
+                    let (conn, id, method) = (conn.clone(), id.clone(), method.clone());
+                    tokio::spawn(async move { request(&host, &conn, &id, &method, params).await })
+                };
+                if let Err(e) = handler.await
+                    && e.is_panic()
+                {
+                    tracing::error!(%method, "a request handler panicked");
+                    conn.respond(
+                        &id,
+                        Err(RpcError::new(
+                            code::INTERNAL_ERROR,
+                            format!("internal error while handling `{method}`"),
+                        )),
+                    );
+                }
                 drop(permit);
             });
         }
