@@ -1,22 +1,61 @@
-//! The `resource*` commands on the local filesystem, confined to a session's working
-//! directories: every path is resolved (symlinks included) and must stay inside a root.
+//! The `resource*` commands (`resourceRead`, `resourceWrite`, `resourceList`,
+//! `resourceResolve`, `resourceMkdir`, `resourceDelete`, `resourceMove`, `resourceCopy`) on the
+//! local filesystem, confined to a set of root directories (a session's working directories).
+//!
+//! How a URI is confined:
+//! - only `file:` URIs for this host; the path is percent-decoded, must be absolute, and is
+//!   normalized lexically (`.`, `..`) before anything touches the filesystem;
+//! - an existing path must resolve (every symlink followed) inside a root;
+//! - a path that does not exist yet must have its deepest existing ancestor resolve inside a
+//!   root, and that ancestor may not be a dangling symlink (where it leads cannot be checked);
+//! - commands that act on an entry itself (delete, move, `followSymlinks: false`, a copy's
+//!   destination) resolve only its parent, so a symlink is removed, moved or replaced as a link
+//!   and never followed; a root, or a directory holding one, cannot be deleted or replaced;
+//! - a path outside the roots is refused the same way whether or not it exists, so the errors
+//!   say nothing about the filesystem outside.
+//!
+//! Files are checked again after they are opened (same device and inode as the path now
+//! resolves to, still inside a root), so swapping a directory for a symlink between the check
+//! and the open does not lead outside. std has no `openat`-style walk, so directory operations
+//! (mkdir, delete, move, copy) remain open to that race; only a process already running as
+//! this user inside a root can plant such symlinks.
 
-use crate::rpc::{RpcError, code};
+use crate::rpc::{RpcError, code, from_params};
 use ahp_types::commands::{
-    ContentEncoding, DirectoryEntry, ResourceCopyParams, ResourceDeleteParams, ResourceListParams,
-    ResourceListResult, ResourceMkdirParams, ResourceMoveParams, ResourceReadParams,
+    ContentEncoding, DirectoryEntry, ResourceCopyParams, ResourceCopyResult, ResourceDeleteParams,
+    ResourceDeleteResult, ResourceListParams, ResourceListResult, ResourceMkdirParams,
+    ResourceMkdirResult, ResourceMoveParams, ResourceMoveResult, ResourceReadParams,
     ResourceReadResult, ResourceResolveParams, ResourceResolveResult, ResourceType,
-    ResourceWriteMode, ResourceWriteParams,
+    ResourceWriteMode, ResourceWriteParams, ResourceWriteResult,
 };
 use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Largest file `resourceRead` returns.
+/// Largest file `resourceRead` returns, and the most bytes an `append`/`insert` write moves.
 pub const MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Optimistic-concurrency failure (`ifMatch`).
+/// The protocol's `Conflict`: an `ifMatch` precondition failed.
 const CONFLICT: i64 = -32011;
+
+/// The methods this module serves.
+const METHODS: [&str; 8] = [
+    "resourceRead",
+    "resourceWrite",
+    "resourceList",
+    "resourceResolve",
+    "resourceMkdir",
+    "resourceDelete",
+    "resourceMove",
+    "resourceCopy",
+];
 
 /// Directories a client may touch, canonicalized (symlinks resolved) at construction.
 #[derive(Debug, Clone)]
@@ -25,20 +64,30 @@ pub struct Roots {
 }
 
 impl Roots {
-    /// The roots; each must exist.
+    /// Canonicalizes `dirs`; fails with `NotFound` if one does not exist or is not a
+    /// directory, `PermissionDenied` if one cannot be resolved for lack of permission.
     pub fn new(dirs: &[PathBuf]) -> Result<Roots, RpcError> {
-        let dirs = dirs
-            .iter()
-            .map(|d| {
-                std::fs::canonicalize(d).map_err(|e| {
-                    RpcError::new(
-                        code::NOT_FOUND,
-                        format!("working directory {}: {e}", d.display()),
-                    )
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Roots { dirs })
+        let mut out: Vec<PathBuf> = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            let real = fs::canonicalize(dir).map_err(|e| {
+                let code = if e.kind() == io::ErrorKind::PermissionDenied {
+                    code::PERMISSION_DENIED
+                } else {
+                    code::NOT_FOUND
+                };
+                RpcError::new(code, format!("working directory {}: {e}", dir.display()))
+            })?;
+            if !real.is_dir() {
+                return Err(RpcError::new(
+                    code::NOT_FOUND,
+                    format!("working directory {} is not a directory", dir.display()),
+                ));
+            }
+            if !out.contains(&real) {
+                out.push(real);
+            }
+        }
+        Ok(Roots { dirs: out })
     }
 
     /// The canonical roots.
@@ -46,80 +95,270 @@ impl Roots {
         &self.dirs
     }
 
-    fn contains(&self, canonical: &Path) -> bool {
-        self.dirs.iter().any(|r| canonical.starts_with(r))
+    /// Whether a canonical path lies inside (or is) a root.
+    fn contains(&self, real: &Path) -> bool {
+        self.dirs.iter().any(|r| real.starts_with(r))
     }
 
-    fn is_root(&self, canonical: &Path) -> bool {
-        self.dirs.iter().any(|r| canonical == r)
+    /// Whether removing or replacing `entry` would take a root with it.
+    fn holds_root(&self, entry: &Path) -> bool {
+        self.dirs.iter().any(|r| r.starts_with(entry))
     }
+}
 
-    /// The path of a `file:` URI, lexically normalized and checked: an existing path
-    /// resolves (symlinks followed) inside a root; a new one has its deepest existing
-    /// ancestor inside a root.
-    fn check(&self, uri: &str) -> Result<PathBuf, RpcError> {
-        let path = lexical(&path_of(uri)?)?;
-        let denied = || {
-            RpcError::new(
-                code::PERMISSION_DENIED,
-                format!(
-                    "{} is outside the session's working directories",
-                    path.display()
-                ),
-            )
-        };
-        match std::fs::canonicalize(&path) {
-            Ok(real) if self.contains(&real) => Ok(path),
-            Ok(_) => Err(denied()),
-            Err(_) => {
-                // Not there (or a dangling link): the deepest existing ancestor decides.
-                if std::fs::symlink_metadata(&path).is_ok() {
-                    // A dangling symlink: where it would write is unknown.
-                    return Err(denied());
-                }
-                let mut ancestor = path.parent();
-                while let Some(a) = ancestor {
-                    if let Ok(real) = std::fs::canonicalize(a) {
-                        return if self.contains(&real) {
-                            Ok(path)
-                        } else {
-                            Err(denied())
-                        };
-                    }
-                    ancestor = a.parent();
-                }
-                Err(denied())
+/// Whether `method` is one of the resource commands this module serves.
+pub fn is_resource_method(method: &str) -> bool {
+    METHODS.contains(&method)
+}
+
+/// Handles one `resource*` request. `method` is the JSON-RPC method name, `params` its params
+/// object; returns the result object. An unknown method is `MethodNotFound` (-32601).
+pub async fn handle(roots: &Roots, method: &str, params: Value) -> Result<Value, RpcError> {
+    if !is_resource_method(method) {
+        return Err(RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("unknown method `{method}`"),
+        ));
+    }
+    let roots = roots.clone();
+    let owned = method.to_owned();
+    // Every step is a blocking system call; none of them may stall the async workers.
+    tokio::task::spawn_blocking(move || dispatch(&roots, &owned, params))
+        .await
+        .map_err(|e| RpcError::new(code::INTERNAL_ERROR, format!("{method} failed: {e}")))?
+}
+
+fn dispatch(roots: &Roots, method: &str, params: Value) -> Result<Value, RpcError> {
+    match method {
+        "resourceRead" => to_json(&read(roots, from_params(params)?)?),
+        "resourceWrite" => to_json(&write(roots, from_params(params)?)?),
+        "resourceList" => to_json(&list(roots, from_params(params)?)?),
+        "resourceResolve" => to_json(&resolve(roots, from_params(params)?)?),
+        "resourceMkdir" => to_json(&mkdir(roots, from_params(params)?)?),
+        "resourceDelete" => to_json(&delete(roots, from_params(params)?)?),
+        "resourceMove" => to_json(&rename(roots, from_params(params)?)?),
+        "resourceCopy" => to_json(&copy(roots, from_params(params)?)?),
+        other => Err(RpcError::new(
+            code::METHOD_NOT_FOUND,
+            format!("unknown method `{other}`"),
+        )),
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
+    serde_json::to_value(value).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
+}
+
+// ─── URIs and confinement ─────────────────────────────────────────────────────
+
+/// The path a `file:` URI names: percent-decoded, absolute, normalized lexically.
+fn request_path(uri: &str) -> Result<PathBuf, RpcError> {
+    let rest = uri
+        .split_once(':')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("file"))
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| {
+            RpcError::invalid_params(format!("only file: URIs are served, not {uri:?}"))
+        })?;
+    // Silently dropping a query or fragment would act on a different file than the one meant
+    // (an unencoded `#` in a file name).
+    if rest.contains(['?', '#']) {
+        return Err(RpcError::invalid_params(format!(
+            "{uri:?} has a query or fragment; percent-encode `?` and `#` in file names"
+        )));
+    }
+    let encoded = match rest.strip_prefix("//") {
+        Some(authority_and_path) => {
+            let at = authority_and_path
+                .find('/')
+                .unwrap_or(authority_and_path.len());
+            let (host, path) = authority_and_path.split_at(at);
+            if !host.is_empty() && !host.eq_ignore_ascii_case("localhost") {
+                return Err(RpcError::new(
+                    code::PERMISSION_DENIED,
+                    format!("{uri:?} names the host {host:?}; only files on this host are served"),
+                ));
             }
+            path
         }
+        None => rest,
+    };
+    let bytes = percent_decode(encoded)
+        .ok_or_else(|| RpcError::invalid_params(format!("{uri:?} has a malformed %-escape")))?;
+    if bytes.contains(&0) {
+        return Err(RpcError::invalid_params(format!(
+            "{uri:?} has a NUL byte in its path"
+        )));
     }
+    let path = PathBuf::from(OsString::from_vec(bytes));
+    if !path.is_absolute() {
+        return Err(RpcError::new(
+            code::PERMISSION_DENIED,
+            format!(
+                "{} is a relative path; only absolute paths inside the session's working directories are served",
+                path.display()
+            ),
+        ));
+    }
+    Ok(normalize(&path))
+}
 
-    /// As [`Roots::check`] for an entry acted on itself (delete, move source): the entry may
-    /// be a symlink inside a root (its target does not matter), its parent must resolve
-    /// inside a root.
-    fn check_entry(&self, uri: &str) -> Result<PathBuf, RpcError> {
-        let path = lexical(&path_of(uri)?)?;
-        let denied = || {
-            RpcError::new(
-                code::PERMISSION_DENIED,
-                format!(
-                    "{} is outside the session's working directories",
-                    path.display()
-                ),
-            )
-        };
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(denied());
-        };
-        let parent = std::fs::canonicalize(parent).map_err(|_| not_found(&path))?;
-        if !self.contains(&parent) {
-            return Err(denied());
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hi = char::from(bytes.next()?).to_digit(16)?;
+            let lo = char::from(bytes.next()?).to_digit(16)?;
+            out.push(u8::try_from(hi * 16 + lo).ok()?);
+        } else {
+            out.push(b);
         }
-        let entry = parent.join(name);
-        if self.is_root(&entry) || !self.contains(&entry) {
-            return Err(denied());
-        }
-        Ok(entry)
     }
+    Some(out)
+}
+
+/// Drops `.` and applies `..` lexically (never above `/`): the kernel would apply a `..`
+/// after a symlinked component to the link's target, so the path checked could differ from
+/// the path used.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            Component::Normal(name) => out.push(name),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// A `file:` URI for a path, every byte outside the unreserved set percent-encoded.
+fn file_uri(path: &Path) -> String {
+    let mut out = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Where a request path lands on disk.
+enum Place {
+    /// It exists: its canonical path, inside a root.
+    Existing(PathBuf),
+    /// It does not exist yet.
+    Missing {
+        /// The canonical path of its deepest existing ancestor, inside a root.
+        base: PathBuf,
+        /// The missing components below `base` (plain names only).
+        rest: PathBuf,
+    },
+}
+
+impl Place {
+    fn existing(self, shown: &Path) -> Result<PathBuf, RpcError> {
+        match self {
+            Place::Existing(real) => Ok(real),
+            Place::Missing { .. } => Err(not_found(shown)),
+        }
+    }
+}
+
+/// Resolves a normalized request path, following symlinks, and confines it to the roots.
+fn locate(roots: &Roots, path: &Path) -> Result<Place, RpcError> {
+    match fs::canonicalize(path) {
+        Ok(real) if roots.contains(&real) => return Ok(Place::Existing(real)),
+        Ok(_) => return Err(denied(path)),
+        Err(_) => {}
+    }
+    // The deepest ancestor present as an entry; `symlink_metadata` counts a dangling link as
+    // present, so it is caught below rather than skipped over.
+    let Some(ancestor) = path.ancestors().find(|a| fs::symlink_metadata(a).is_ok()) else {
+        return Err(denied(path));
+    };
+    // A dangling link or a loop cannot be followed, so where it leads is unknown; any other
+    // failure is refused alike, so nothing outside the roots can be probed.
+    let base = fs::canonicalize(ancestor).map_err(|_| denied(path))?;
+    if !roots.contains(&base) {
+        return Err(denied(path));
+    }
+    let rest = path.strip_prefix(ancestor).map_err(|_| denied(path))?;
+    if rest.as_os_str().is_empty() {
+        // It appeared meanwhile.
+        return Ok(Place::Existing(base));
+    }
+    if !rest.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(denied(path));
+    }
+    Ok(Place::Missing {
+        base,
+        rest: rest.to_path_buf(),
+    })
+}
+
+/// The entry a request path names, itself rather than what it points to: the parent is
+/// resolved (symlinks followed) and the last name kept. The parent must lie inside a root,
+/// or the entry must be a root. Whether the entry exists is left to the caller.
+fn locate_entry(roots: &Roots, path: &Path) -> Result<PathBuf, RpcError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(denied(path));
+    };
+    let Ok(real_parent) = fs::canonicalize(parent) else {
+        // `locate` refuses a missing parent outside the roots; inside, the entry is missing.
+        locate(roots, parent)?;
+        return Err(not_found(path));
+    };
+    let entry = real_parent.join(name);
+    if roots.contains(&real_parent) || roots.dirs.contains(&entry) {
+        Ok(entry)
+    } else {
+        Err(denied(path))
+    }
+}
+
+/// Checks, after the fact, that `real` still resolves inside a root to the very object
+/// described by `seen` (an opened handle's or a listed directory's metadata): a component
+/// swapped for a symlink in between would otherwise have led outside.
+fn still_inside(roots: &Roots, shown: &Path, real: &Path, seen: &Metadata) -> Result<(), RpcError> {
+    let now = fs::canonicalize(real)
+        .ok()
+        .filter(|p| roots.contains(p))
+        .and_then(|p| fs::metadata(p).ok());
+    match now {
+        Some(m) if m.dev() == seen.dev() && m.ino() == seen.ino() => Ok(()),
+        _ => Err(denied(shown)),
+    }
+}
+
+/// Opens `real` (canonical, inside a root) and checks the handle with [`still_inside`].
+fn open_verified(
+    roots: &Roots,
+    shown: &Path,
+    real: &Path,
+    options: &OpenOptions,
+) -> Result<File, RpcError> {
+    let file = options.open(real).map_err(|e| io_error(shown, &e))?;
+    let seen = file.metadata().map_err(|e| io_error(shown, &e))?;
+    still_inside(roots, shown, real, &seen)?;
+    Ok(file)
+}
+
+// ─── Errors ─────────────────────────────────────────────────────────────────
+
+fn denied(path: &Path) -> RpcError {
+    RpcError::new(
+        code::PERMISSION_DENIED,
+        format!(
+            "{} is outside the session's working directories",
+            path.display()
+        ),
+    )
 }
 
 fn not_found(path: &Path) -> RpcError {
@@ -129,387 +368,581 @@ fn not_found(path: &Path) -> RpcError {
     )
 }
 
-fn io_error(path: &Path, e: &std::io::Error) -> RpcError {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => not_found(path),
-        std::io::ErrorKind::AlreadyExists => RpcError::new(
-            code::ALREADY_EXISTS,
-            format!("{} already exists", path.display()),
-        ),
-        std::io::ErrorKind::PermissionDenied => {
-            RpcError::new(code::PERMISSION_DENIED, format!("{}: {e}", path.display()))
-        }
-        _ => RpcError::new(code::INTERNAL_ERROR, format!("{}: {e}", path.display())),
-    }
-}
-
-/// The path of a `file:` URI (percent-decoded).
-fn path_of(uri: &str) -> Result<PathBuf, RpcError> {
-    let rest = uri.strip_prefix("file://").ok_or_else(|| {
-        RpcError::invalid_params(format!("only file: URIs are served, not {uri}"))
-    })?;
-    // `file://host/path`: only the local host.
-    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !rest.starts_with('/') {
-        return Err(RpcError::invalid_params(format!(
-            "not an absolute local file URI: {uri}"
-        )));
-    }
-    let bytes = rest.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| RpcError::invalid_params(format!("bad percent-escape in {uri}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    let s = String::from_utf8(out)
-        .map_err(|_| RpcError::invalid_params(format!("the path of {uri} is not UTF-8")))?;
-    if s.contains('\0') {
-        return Err(RpcError::invalid_params("a path cannot contain NUL"));
-    }
-    Ok(PathBuf::from(s))
-}
-
-/// Removes `.` and resolves `..` lexically (never above `/`).
-fn lexical(path: &Path) -> Result<PathBuf, RpcError> {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::RootDir | Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            Component::Prefix(_) => return Err(RpcError::invalid_params("unsupported path")),
-        }
-    }
-    Ok(out)
-}
-
-fn uri_of(path: &Path) -> String {
-    crate::host::file_uri(path)
-}
-
-fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    crate::rpc::from_params(params)
-}
-
-fn to_json<T: serde::Serialize>(v: &T) -> Result<Value, RpcError> {
-    serde_json::to_value(v).map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))
-}
-
-/// Whether `method` is one of the resource commands this module serves.
-pub fn is_resource_method(method: &str) -> bool {
-    matches!(
-        method,
-        "resourceRead"
-            | "resourceWrite"
-            | "resourceList"
-            | "resourceResolve"
-            | "resourceMkdir"
-            | "resourceDelete"
-            | "resourceMove"
-            | "resourceCopy"
+fn already_exists(path: &Path) -> RpcError {
+    RpcError::new(
+        code::ALREADY_EXISTS,
+        format!("{} already exists", path.display()),
     )
 }
 
-/// Handles one `resource*` request and returns its result object.
-pub async fn handle(roots: &Roots, method: &str, params: Value) -> Result<Value, RpcError> {
-    let roots = roots.clone();
-    let method = method.to_owned();
-    // The filesystem calls block; they run off the async workers.
-    tokio::task::spawn_blocking(move || handle_blocking(&roots, &method, params))
-        .await
-        .map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))?
+fn io_error(path: &Path, e: &io::Error) -> RpcError {
+    use io::ErrorKind as K;
+    let shown = path.display();
+    match e.kind() {
+        K::NotFound => not_found(path),
+        K::NotADirectory => RpcError::new(
+            code::NOT_FOUND,
+            format!("{shown} does not exist (a parent is not a directory)"),
+        ),
+        K::AlreadyExists => already_exists(path),
+        K::PermissionDenied | K::ReadOnlyFilesystem => {
+            RpcError::new(code::PERMISSION_DENIED, format!("{shown}: {e}"))
+        }
+        K::IsADirectory => RpcError::invalid_params(format!("{shown} is a directory")),
+        K::DirectoryNotEmpty => {
+            RpcError::invalid_params(format!("{shown} is a directory that is not empty"))
+        }
+        _ => RpcError::new(code::INTERNAL_ERROR, format!("{shown}: {e}")),
+    }
 }
 
-fn etag(meta: &std::fs::Metadata) -> String {
-    use std::os::unix::fs::MetadataExt;
+fn too_large(path: &Path, len: u64) -> RpcError {
+    RpcError::invalid_params(format!(
+        "{} is {len} bytes; resourceRead returns at most {MAX_READ_BYTES} bytes",
+        path.display()
+    ))
+}
+
+// ─── Metadata ───────────────────────────────────────────────────────────────
+
+/// The version token `resourceResolve` reports and `resourceWrite`'s `ifMatch` checks: any
+/// write changes the modification time, a replacement the inode.
+fn etag(meta: &Metadata) -> String {
     format!(
-        "{:x}-{:x}-{:x}",
+        "{:x}-{:x}-{}.{:09}",
         meta.ino(),
         meta.size(),
-        meta.mtime_nsec() + meta.mtime() * 1_000_000_000
+        meta.mtime(),
+        meta.mtime_nsec()
     )
 }
 
-fn content_type(path: &Path) -> Option<String> {
-    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-    Some(
-        match ext.as_str() {
-            "txt" | "md" | "rs" | "ts" | "js" | "py" | "toml" | "yaml" | "yml" | "sh" => {
-                "text/plain"
-            }
+fn iso8601(time: io::Result<SystemTime>) -> Option<String> {
+    let since = time.ok()?.duration_since(UNIX_EPOCH).ok()?;
+    let ms = i64::try_from(since.as_millis()).ok()?;
+    Some(claude_host_agent::mapper::rfc3339_from_millis(ms))
+}
+
+/// A MIME type from the extension, else (given the content) from its first bytes.
+fn content_type(path: &Path, content: Option<&[u8]>) -> Option<String> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let by_ext = ext.as_deref().and_then(|e| {
+        Some(match e {
+            "txt" | "md" | "rs" | "ts" | "tsx" | "js" | "jsx" | "mjs" | "py" | "toml" | "yaml"
+            | "yml" | "sh" | "c" | "h" | "cpp" | "go" | "java" | "log" | "csv" => "text/plain",
+            "html" | "htm" => "text/html",
+            "css" => "text/css",
             "json" => "application/json",
+            "xml" => "application/xml",
+            "pdf" => "application/pdf",
             "png" => "image/png",
             "jpg" | "jpeg" => "image/jpeg",
             "gif" => "image/gif",
+            "webp" => "image/webp",
             "svg" => "image/svg+xml",
-            "html" => "text/html",
             _ => return None,
-        }
-        .to_owned(),
-    )
+        })
+    });
+    by_ext
+        .or_else(|| content.and_then(sniff))
+        .map(str::to_owned)
 }
 
-fn handle_blocking(roots: &Roots, method: &str, params: Value) -> Result<Value, RpcError> {
-    match method {
-        "resourceRead" => {
-            let p: ResourceReadParams = parse(params)?;
-            let path = roots.check(&p.uri)?;
-            let meta = std::fs::metadata(&path).map_err(|e| io_error(&path, &e))?;
-            if meta.is_dir() {
-                return Err(RpcError::invalid_params(format!(
-                    "{} is a directory; use resourceList",
-                    path.display()
-                )));
-            }
-            if meta.len() > MAX_READ_BYTES {
-                return Err(RpcError::invalid_params(format!(
-                    "{} is {} bytes, over the {MAX_READ_BYTES}-byte read limit",
-                    path.display(),
-                    meta.len()
-                )));
-            }
-            let bytes = std::fs::read(&path).map_err(|e| io_error(&path, &e))?;
-            let want_text = !matches!(p.encoding, Some(ContentEncoding::Base64));
-            let (data, encoding) = match String::from_utf8(bytes) {
-                Ok(text) if want_text => (text, ContentEncoding::Utf8),
-                Ok(text) => (
-                    base64::engine::general_purpose::STANDARD.encode(text.as_bytes()),
-                    ContentEncoding::Base64,
-                ),
-                Err(e) => (
-                    base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
-                    ContentEncoding::Base64,
-                ),
-            };
-            to_json(&ResourceReadResult {
-                data,
-                encoding,
-                content_type: content_type(&path),
-            })
-        }
-        "resourceWrite" => {
-            let p: ResourceWriteParams = parse(params)?;
-            let path = roots.check(&p.uri)?;
-            let data = match p.encoding {
-                ContentEncoding::Utf8 => p.data.into_bytes(),
-                ContentEncoding::Base64 => base64::engine::general_purpose::STANDARD
-                    .decode(p.data.as_bytes())
-                    .map_err(|e| RpcError::invalid_params(format!("data is not base64: {e}")))?,
-            };
-            let existing = std::fs::metadata(&path).ok();
-            if existing.as_ref().is_some_and(std::fs::Metadata::is_dir) {
-                return Err(RpcError::new(
-                    code::ALREADY_EXISTS,
-                    format!("{} is a directory", path.display()),
-                ));
-            }
-            if p.create_only == Some(true) && existing.is_some() {
-                return Err(RpcError::new(
-                    code::ALREADY_EXISTS,
-                    format!("{} already exists", path.display()),
-                ));
-            }
-            if let Some(want) = &p.if_match {
-                let current = existing.as_ref().map(etag);
-                if current.as_deref() != Some(want.as_str()) {
-                    return Err(RpcError::new(
-                        CONFLICT,
-                        format!("{} changed since it was read", path.display()),
-                    ));
-                }
-            }
-            let old = if existing.is_some() {
-                std::fs::read(&path).map_err(|e| io_error(&path, &e))?
-            } else {
-                Vec::new()
-            };
-            let pos = p.position.unwrap_or(0).max(0) as usize;
-            let new = match p.mode.unwrap_or(ResourceWriteMode::Truncate) {
-                ResourceWriteMode::Truncate => {
-                    let mut v = old[..pos.min(old.len())].to_vec();
-                    v.extend_from_slice(&data);
-                    v
-                }
-                ResourceWriteMode::Append => {
-                    let at = old.len().saturating_sub(pos);
-                    let mut v = old[..at].to_vec();
-                    v.extend_from_slice(&data);
-                    v.extend_from_slice(&old[at..]);
-                    v
-                }
-                ResourceWriteMode::Insert => {
-                    let at = pos.min(old.len());
-                    let mut v = old[..at].to_vec();
-                    v.extend_from_slice(&data);
-                    v.extend_from_slice(&old[at..]);
-                    v
-                }
-            };
-            std::fs::write(&path, new).map_err(|e| io_error(&path, &e))?;
-            Ok(json!({}))
-        }
-        "resourceList" => {
-            let p: ResourceListParams = parse(params)?;
-            let path = roots.check(&p.uri)?;
-            let mut entries = Vec::new();
-            for e in std::fs::read_dir(&path).map_err(|e| io_error(&path, &e))? {
-                let e = e.map_err(|e| io_error(&path, &e))?;
-                let kind = match e.file_type() {
-                    Ok(t) if t.is_dir() => "directory",
-                    Ok(t) if t.is_symlink() => "symlink",
-                    _ => "file",
-                };
-                entries.push(DirectoryEntry {
-                    name: e.file_name().to_string_lossy().into_owned(),
-                    r#type: kind.to_owned(),
-                });
-            }
-            entries.sort_by(|a, b| a.name.cmp(&b.name));
-            to_json(&ResourceListResult { entries })
-        }
-        "resourceResolve" => {
-            let p: ResourceResolveParams = parse(params)?;
-            let follow = p.follow_symlinks.unwrap_or(true);
-            let (path, meta) = if follow {
-                let path = roots.check(&p.uri)?;
-                let real = std::fs::canonicalize(&path).map_err(|e| io_error(&path, &e))?;
-                let meta = std::fs::metadata(&real).map_err(|e| io_error(&real, &e))?;
-                (real, meta)
-            } else {
-                let path = roots.check_entry(&p.uri)?;
-                let meta = std::fs::symlink_metadata(&path).map_err(|e| io_error(&path, &e))?;
-                (path, meta)
-            };
-            let kind = if meta.file_type().is_symlink() {
-                ResourceType::Symlink
-            } else if meta.is_dir() {
-                ResourceType::Directory
-            } else {
-                ResourceType::File
-            };
-            let mtime = meta.modified().ok().and_then(|t| {
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .ok()
-                    .map(|d| claude_host_agent::mapper::rfc3339_from_millis(d.as_millis() as i64))
-            });
-            to_json(&ResourceResolveResult {
-                uri: uri_of(&path),
-                size: (!meta.is_dir()).then_some(meta.len() as i64),
-                mtime,
-                ctime: None,
-                content_type: content_type(&path),
-                etag: Some(etag(&meta)),
-                r#type: kind,
-            })
-        }
-        "resourceMkdir" => {
-            let p: ResourceMkdirParams = parse(params)?;
-            let path = roots.check(&p.uri)?;
-            if std::fs::metadata(&path).is_ok_and(|m| !m.is_dir()) {
-                return Err(RpcError::new(
-                    code::ALREADY_EXISTS,
-                    format!("{} exists and is not a directory", path.display()),
-                ));
-            }
-            std::fs::create_dir_all(&path).map_err(|e| io_error(&path, &e))?;
-            Ok(json!({}))
-        }
-        "resourceDelete" => {
-            let p: ResourceDeleteParams = parse(params)?;
-            let path = roots.check_entry(&p.uri)?;
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| io_error(&path, &e))?;
-            // A symlink is removed itself, never what it points to.
-            let r = if meta.is_dir() {
-                if p.recursive == Some(true) {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_dir(&path)
-                }
-            } else {
-                std::fs::remove_file(&path)
-            };
-            r.map_err(|e| io_error(&path, &e))?;
-            Ok(json!({}))
-        }
-        "resourceMove" | "resourceCopy" => {
-            let (source, destination, fail_if_exists) = if method == "resourceMove" {
-                let p: ResourceMoveParams = parse(params)?;
-                (p.source, p.destination, p.fail_if_exists)
-            } else {
-                let p: ResourceCopyParams = parse(params)?;
-                (p.source, p.destination, p.fail_if_exists)
-            };
-            let from = if method == "resourceMove" {
-                roots.check_entry(&source)?
-            } else {
-                roots.check(&source)?
-            };
-            let to = roots.check_entry(&destination)?;
-            std::fs::symlink_metadata(&from).map_err(|e| io_error(&from, &e))?;
-            if std::fs::symlink_metadata(&to).is_ok() {
-                if fail_if_exists == Some(true) {
-                    return Err(RpcError::new(
-                        code::ALREADY_EXISTS,
-                        format!("{} already exists", to.display()),
-                    ));
-                }
-                if std::fs::symlink_metadata(&to).is_ok_and(|m| m.is_dir()) {
-                    std::fs::remove_dir_all(&to).map_err(|e| io_error(&to, &e))?;
-                }
-            }
-            if method == "resourceMove" {
-                std::fs::rename(&from, &to).map_err(|e| io_error(&from, &e))?;
-            } else {
-                copy_tree(roots, &from, &to)?;
-            }
-            Ok(json!({}))
-        }
-        other => Err(RpcError::new(
-            code::METHOD_NOT_FOUND,
-            format!("unknown method `{other}`"),
-        )),
+fn sniff(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(b"\xff\xd8\xff") {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.starts_with(b"%PDF-") {
+        Some("application/pdf")
+    } else if bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP".as_slice()) {
+        Some("image/webp")
+    } else if !bytes.contains(&0) && std::str::from_utf8(bytes).is_ok() {
+        Some("text/plain")
+    } else {
+        None
     }
 }
 
-/// Copies a file or a directory tree; symlinks inside are copied as links, so nothing from
-/// outside the roots is read.
-fn copy_tree(roots: &Roots, from: &Path, to: &Path) -> Result<(), RpcError> {
-    let meta = std::fs::symlink_metadata(from).map_err(|e| io_error(from, &e))?;
-    if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(from).map_err(|e| io_error(from, &e))?;
-        let _ = std::fs::remove_file(to);
-        std::os::unix::fs::symlink(&target, to).map_err(|e| io_error(to, &e))?;
-    } else if meta.is_dir() {
-        std::fs::create_dir_all(to).map_err(|e| io_error(to, &e))?;
-        for e in std::fs::read_dir(from).map_err(|e| io_error(from, &e))? {
-            let e = e.map_err(|e| io_error(from, &e))?;
-            copy_tree(roots, &e.path(), &to.join(e.file_name()))?;
+// ─── Commands ───────────────────────────────────────────────────────────────
+
+fn read(roots: &Roots, p: ResourceReadParams) -> Result<ResourceReadResult, RpcError> {
+    let path = request_path(&p.uri)?;
+    let real = locate(roots, &path)?.existing(&path)?;
+    let meta = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
+    if meta.is_dir() {
+        return Err(RpcError::invalid_params(format!(
+            "{} is a directory; use resourceList",
+            path.display()
+        )));
+    }
+    // Opening a FIFO blocks until a writer comes, and a device may never end.
+    if !meta.is_file() {
+        return Err(RpcError::invalid_params(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    if meta.len() > MAX_READ_BYTES {
+        return Err(too_large(&path, meta.len()));
+    }
+    let file = open_verified(roots, &path, &real, OpenOptions::new().read(true))?;
+    let mut bytes = Vec::new();
+    // The file may have grown since it was measured.
+    file.take(MAX_READ_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(&path, &e))?;
+    let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if len > MAX_READ_BYTES {
+        return Err(too_large(&path, len));
+    }
+    let content_type = content_type(&real, Some(bytes.as_slice()));
+    let base64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let (data, encoding) = match p.encoding {
+        Some(ContentEncoding::Base64) => (base64(&bytes), ContentEncoding::Base64),
+        // Text when asked or left to us; bytes that are not UTF-8 fall back to base64, as the
+        // protocol requires.
+        _ => match String::from_utf8(bytes) {
+            Ok(text) => (text, ContentEncoding::Utf8),
+            Err(e) => (base64(e.as_bytes()), ContentEncoding::Base64),
+        },
+    };
+    Ok(ResourceReadResult {
+        data,
+        encoding,
+        content_type,
+    })
+}
+
+fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, RpcError> {
+    let path = request_path(&p.uri)?;
+    let data = match p.encoding {
+        ContentEncoding::Utf8 => p.data.into_bytes(),
+        ContentEncoding::Base64 => base64::engine::general_purpose::STANDARD
+            .decode(p.data.as_bytes())
+            .map_err(|e| RpcError::invalid_params(format!("`data` is not base64: {e}")))?,
+    };
+    let position = u64::try_from(p.position.unwrap_or(0))
+        .map_err(|_| RpcError::invalid_params("`position` must not be negative"))?;
+    let mut file = match locate(roots, &path)? {
+        Place::Existing(real) => {
+            if p.create_only == Some(true) {
+                return Err(already_exists(&path));
+            }
+            let meta = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
+            if meta.is_dir() {
+                return Err(RpcError::invalid_params(format!(
+                    "{} is a directory",
+                    path.display()
+                )));
+            }
+            if !meta.is_file() {
+                return Err(RpcError::invalid_params(format!(
+                    "{} is not a regular file",
+                    path.display()
+                )));
+            }
+            // No truncation at open: nothing changes before the handle is verified.
+            open_verified(
+                roots,
+                &path,
+                &real,
+                OpenOptions::new().read(true).write(true),
+            )?
         }
+        Place::Missing { base, rest } => {
+            if p.if_match.is_some() {
+                return Err(RpcError::new(
+                    CONFLICT,
+                    format!(
+                        "{} does not exist, so it cannot match `ifMatch`",
+                        path.display()
+                    ),
+                ));
+            }
+            if rest.components().count() > 1 {
+                let parent = path.parent().unwrap_or(&path);
+                return Err(RpcError::new(
+                    code::NOT_FOUND,
+                    format!(
+                        "the directory {} does not exist (create it with resourceMkdir)",
+                        parent.display()
+                    ),
+                ));
+            }
+            let target = base.join(rest);
+            // O_EXCL: a symlink planted at the name meanwhile is not followed.
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&target)
+                .map_err(|e| io_error(&path, &e))?;
+            let seen = file.metadata().map_err(|e| io_error(&path, &e))?;
+            still_inside(roots, &path, &target, &seen)?;
+            file
+        }
+    };
+    let meta = file.metadata().map_err(|e| io_error(&path, &e))?;
+    if let Some(want) = &p.if_match
+        && *want != etag(&meta)
+    {
+        return Err(RpcError::new(
+            CONFLICT,
+            format!(
+                "{} changed since `ifMatch` was read from it",
+                path.display()
+            ),
+        ));
+    }
+    let len = meta.len();
+    if position > len {
+        return Err(RpcError::invalid_params(format!(
+            "`position` {position} is past the end of {} ({len} bytes)",
+            path.display()
+        )));
+    }
+    let fail = |e: io::Error| io_error(&path, &e);
+    match p.mode.unwrap_or(ResourceWriteMode::Truncate) {
+        ResourceWriteMode::Truncate => {
+            file.set_len(position).map_err(fail)?;
+            file.seek(SeekFrom::Start(position)).map_err(fail)?;
+            file.write_all(&data).map_err(fail)?;
+        }
+        ResourceWriteMode::Append => splice(&mut file, &path, len - position, len, &data)?,
+        ResourceWriteMode::Insert => splice(&mut file, &path, position, len, &data)?,
+    }
+    Ok(ResourceWriteResult {})
+}
+
+/// Writes `data` at `at`, moving the bytes from `at` to the end (`len`) after it.
+fn splice(file: &mut File, path: &Path, at: u64, len: u64, data: &[u8]) -> Result<(), RpcError> {
+    let fail = |e: io::Error| io_error(path, &e);
+    let tail_len = len - at;
+    if tail_len > MAX_READ_BYTES {
+        return Err(RpcError::invalid_params(format!(
+            "writing there would move {tail_len} bytes of {}; at most {MAX_READ_BYTES} are moved",
+            path.display()
+        )));
+    }
+    file.seek(SeekFrom::Start(at)).map_err(fail)?;
+    let mut tail = Vec::new();
+    io::Read::take(&mut *file, tail_len)
+        .read_to_end(&mut tail)
+        .map_err(fail)?;
+    file.seek(SeekFrom::Start(at)).map_err(fail)?;
+    file.write_all(data).map_err(fail)?;
+    file.write_all(&tail).map_err(fail)
+}
+
+fn list(roots: &Roots, p: ResourceListParams) -> Result<ResourceListResult, RpcError> {
+    let path = request_path(&p.uri)?;
+    let real = locate(roots, &path)?.existing(&path)?;
+    let before = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
+    if !before.is_dir() {
+        return Err(RpcError::invalid_params(format!(
+            "{} is not a directory",
+            path.display()
+        )));
+    }
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(&real).map_err(|e| io_error(&path, &e))? {
+        let entry = entry.map_err(|e| io_error(&path, &e))?;
+        entries.push(DirectoryEntry {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            r#type: entry_kind(roots, &entry).to_owned(),
+        });
+    }
+    still_inside(roots, &path, &real, &before)?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(ResourceListResult { entries })
+}
+
+/// `"directory"` or `"file"`. A symlink is described by its target only when that lies
+/// inside a root (so a picker can descend into it); one leading outside, or nowhere, is a
+/// `"file"`, revealing nothing of what is outside.
+fn entry_kind(roots: &Roots, entry: &fs::DirEntry) -> &'static str {
+    match entry.file_type() {
+        Ok(t) if t.is_dir() => "directory",
+        Ok(t) if t.is_symlink() => match fs::canonicalize(entry.path()) {
+            Ok(real) if roots.contains(&real) && real.is_dir() => "directory",
+            _ => "file",
+        },
+        _ => "file",
+    }
+}
+
+fn resolve(roots: &Roots, p: ResourceResolveParams) -> Result<ResourceResolveResult, RpcError> {
+    let path = request_path(&p.uri)?;
+    let (uri, real, meta) = if p.follow_symlinks.unwrap_or(true) {
+        let real = locate(roots, &path)?.existing(&path)?;
+        let meta = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
+        (file_uri(&real), real, meta)
     } else {
-        let real = std::fs::canonicalize(from).map_err(|e| io_error(from, &e))?;
-        if !roots.contains(&real) {
+        let entry = locate_entry(roots, &path)?;
+        let meta = fs::symlink_metadata(&entry).map_err(|e| io_error(&path, &e))?;
+        (p.uri, entry, meta)
+    };
+    let kind = if meta.file_type().is_symlink() {
+        ResourceType::Symlink
+    } else if meta.is_dir() {
+        ResourceType::Directory
+    } else {
+        ResourceType::File
+    };
+    let is_file = meta.is_file();
+    Ok(ResourceResolveResult {
+        uri,
+        // A link's size is the length of its target's path: meaningless, and about what may
+        // lie outside.
+        size: is_file.then(|| i64::try_from(meta.len()).ok()).flatten(),
+        mtime: iso8601(meta.modified()),
+        ctime: iso8601(meta.created()),
+        content_type: is_file.then(|| content_type(&real, None)).flatten(),
+        etag: Some(etag(&meta)),
+        r#type: kind,
+    })
+}
+
+fn mkdir(roots: &Roots, p: ResourceMkdirParams) -> Result<ResourceMkdirResult, RpcError> {
+    let path = request_path(&p.uri)?;
+    let (base, rest) = match locate(roots, &path)? {
+        Place::Existing(real) if real.is_dir() => return Ok(ResourceMkdirResult {}),
+        Place::Existing(_) => {
+            return Err(RpcError::new(
+                code::ALREADY_EXISTS,
+                format!("{} exists and is not a directory", path.display()),
+            ));
+        }
+        Place::Missing { base, rest } => (base, rest),
+    };
+    if !base.is_dir() {
+        return Err(RpcError::new(
+            code::ALREADY_EXISTS,
+            format!("{} exists and is not a directory", base.display()),
+        ));
+    }
+    // One level at a time from the checked ancestor: mkdir(2) never follows a symlink
+    // planted at the name, where `create_dir_all` would walk through one.
+    let mut dir = base;
+    for name in rest.components() {
+        dir.push(name);
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            // Made meanwhile by someone else: fine if it is a real directory.
+            Err(e)
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    && fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(RpcError::new(
+                    code::ALREADY_EXISTS,
+                    format!("{} exists and is not a directory", dir.display()),
+                ));
+            }
+            Err(e) => return Err(io_error(&path, &e)),
+        }
+    }
+    let made = fs::metadata(&dir).map_err(|e| io_error(&path, &e))?;
+    still_inside(roots, &path, &dir, &made)?;
+    Ok(ResourceMkdirResult {})
+}
+
+fn delete(roots: &Roots, p: ResourceDeleteParams) -> Result<ResourceDeleteResult, RpcError> {
+    let path = request_path(&p.uri)?;
+    let entry = locate_entry(roots, &path)?;
+    if roots.holds_root(&entry) {
+        return Err(RpcError::new(
+            code::PERMISSION_DENIED,
+            format!(
+                "{} is a working directory of the session (or holds one) and cannot be deleted",
+                path.display()
+            ),
+        ));
+    }
+    // `symlink_metadata`: a symlink is never taken for the directory it points to, so the
+    // link is removed and its target left alone.
+    let meta = fs::symlink_metadata(&entry).map_err(|e| io_error(&path, &e))?;
+    let removed = if !meta.is_dir() {
+        fs::remove_file(&entry)
+    } else if p.recursive == Some(true) {
+        // std's `remove_dir_all` does not follow symlinks inside the tree, races included.
+        fs::remove_dir_all(&entry)
+    } else {
+        fs::remove_dir(&entry)
+    };
+    removed.map_err(|e| {
+        if e.kind() == io::ErrorKind::DirectoryNotEmpty {
+            RpcError::invalid_params(format!(
+                "{} is a directory that is not empty; pass `recursive: true` to delete it with its contents",
+                path.display()
+            ))
+        } else {
+            io_error(&path, &e)
+        }
+    })?;
+    Ok(ResourceDeleteResult {})
+}
+
+fn rename(roots: &Roots, p: ResourceMoveParams) -> Result<ResourceMoveResult, RpcError> {
+    let (source, destination) = (request_path(&p.source)?, request_path(&p.destination)?);
+    let from = locate_entry(roots, &source)?;
+    let to = locate_entry(roots, &destination)?;
+    for (entry, shown) in [(&from, &source), (&to, &destination)] {
+        if roots.holds_root(entry) {
             return Err(RpcError::new(
                 code::PERMISSION_DENIED,
                 format!(
-                    "{} is outside the session's working directories",
-                    from.display()
+                    "{} is a working directory of the session (or holds one) and cannot be moved or replaced",
+                    shown.display()
                 ),
             ));
         }
-        std::fs::copy(from, to).map_err(|e| io_error(to, &e))?;
+    }
+    let meta = fs::symlink_metadata(&from).map_err(|e| io_error(&source, &e))?;
+    check_distinct(&from, &to, &destination, p.fail_if_exists == Some(true))?;
+    if from == to {
+        return Ok(ResourceMoveResult {});
+    }
+    // rename(2) replaces a file (or a link, unfollowed) atomically, which writers that save
+    // through a temporary file rely on; a directory on either side has to go first.
+    clear_destination(
+        &to,
+        &destination,
+        p.fail_if_exists == Some(true),
+        meta.is_dir(),
+    )?;
+    match fs::rename(&from, &to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+            copy_entry(roots, &from, &to)?;
+            let removed = if meta.is_dir() {
+                fs::remove_dir_all(&from)
+            } else {
+                fs::remove_file(&from)
+            };
+            removed.map_err(|e| io_error(&source, &e))?;
+        }
+        Err(e) => return Err(io_error(&source, &e)),
+    }
+    Ok(ResourceMoveResult {})
+}
+
+fn copy(roots: &Roots, p: ResourceCopyParams) -> Result<ResourceCopyResult, RpcError> {
+    let (source, destination) = (request_path(&p.source)?, request_path(&p.destination)?);
+    let from = locate(roots, &source)?.existing(&source)?;
+    let to = locate_entry(roots, &destination)?;
+    if roots.holds_root(&to) {
+        return Err(RpcError::new(
+            code::PERMISSION_DENIED,
+            format!(
+                "{} is a working directory of the session (or holds one) and cannot be replaced",
+                destination.display()
+            ),
+        ));
+    }
+    check_distinct(&from, &to, &destination, p.fail_if_exists == Some(true))?;
+    if from == to {
+        return Ok(ResourceCopyResult {});
+    }
+    // Always cleared: the copy is created with O_EXCL, so a symlink left at the destination
+    // is replaced rather than written through.
+    clear_destination(&to, &destination, p.fail_if_exists == Some(true), true)?;
+    copy_entry(roots, &from, &to)?;
+    Ok(ResourceCopyResult {})
+}
+
+/// Refuses a move or copy whose destination is its own source's descendant or ancestor:
+/// the first never ends, the second would delete the source while clearing the destination.
+/// The same entry on both sides exists already, so it fails only with `failIfExists`.
+fn check_distinct(
+    from: &Path,
+    to: &Path,
+    shown: &Path,
+    fail_if_exists: bool,
+) -> Result<(), RpcError> {
+    if from == to {
+        return if fail_if_exists {
+            Err(already_exists(shown))
+        } else {
+            Ok(())
+        };
+    }
+    if to.starts_with(from) {
+        return Err(RpcError::invalid_params(format!(
+            "{} is inside the source",
+            shown.display()
+        )));
+    }
+    if from.starts_with(to) {
+        return Err(RpcError::invalid_params(format!(
+            "{} contains the source",
+            shown.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Makes way at a destination entry: refused with `failIfExists`, else a directory is
+/// removed (and, with `always`, anything else too; a symlink as the link itself).
+fn clear_destination(
+    to: &Path,
+    shown: &Path,
+    fail_if_exists: bool,
+    always: bool,
+) -> Result<(), RpcError> {
+    let meta = match fs::symlink_metadata(to) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error(shown, &e)),
+    };
+    if fail_if_exists {
+        return Err(already_exists(shown));
+    }
+    let removed = if meta.is_dir() {
+        fs::remove_dir_all(to)
+    } else if always {
+        fs::remove_file(to)
+    } else {
+        Ok(())
+    };
+    removed.map_err(|e| io_error(shown, &e))
+}
+
+/// Copies the entry `from` to the new name `to`: a directory recursively, a symlink as a
+/// link (never followed, so nothing outside a root is read through it), a regular file by
+/// content. Sockets, FIFOs and devices are skipped: they have no content to copy, and
+/// opening a FIFO would block.
+fn copy_entry(roots: &Roots, from: &Path, to: &Path) -> Result<(), RpcError> {
+    let meta = fs::symlink_metadata(from).map_err(|e| io_error(from, &e))?;
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        let target = fs::read_link(from).map_err(|e| io_error(from, &e))?;
+        std::os::unix::fs::symlink(&target, to).map_err(|e| io_error(to, &e))?;
+    } else if kind.is_dir() {
+        fs::create_dir(to).map_err(|e| io_error(to, &e))?;
+        for entry in fs::read_dir(from).map_err(|e| io_error(from, &e))? {
+            let entry = entry.map_err(|e| io_error(from, &e))?;
+            copy_entry(roots, &entry.path(), &to.join(entry.file_name()))?;
+        }
+        // Last, so a read-only directory can still be filled.
+        fs::set_permissions(to, meta.permissions()).map_err(|e| io_error(to, &e))?;
+    } else if kind.is_file() {
+        let mut src = open_verified(roots, from, from, OpenOptions::new().read(true))?;
+        let mut dst = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(to)
+            .map_err(|e| io_error(to, &e))?;
+        io::copy(&mut src, &mut dst).map_err(|e| io_error(to, &e))?;
+        dst.set_permissions(meta.permissions())
+            .map_err(|e| io_error(to, &e))?;
+    } else {
+        tracing::debug!(path = %from.display(), "resourceCopy skips a special file");
     }
     Ok(())
 }
@@ -518,196 +951,897 @@ fn copy_tree(roots: &Roots, from: &Path, to: &Path) -> Result<(), RpcError> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use serde_json::json;
+    use std::os::unix::fs::symlink;
 
-    fn setup() -> (tempfile::TempDir, Roots) {
+    /// A temporary directory holding the root `root/` and, beside it, `outside.txt` and
+    /// `outdir/` that must stay unreachable.
+    struct Env {
+        _dir: tempfile::TempDir,
+        roots: Roots,
+    }
+
+    impl Env {
+        fn new() -> Env {
+            let dir = tempfile::tempdir().unwrap();
+            fs::create_dir(dir.path().join("root")).unwrap();
+            fs::create_dir(dir.path().join("outdir")).unwrap();
+            fs::write(dir.path().join("outside.txt"), "secret").unwrap();
+            fs::write(dir.path().join("outdir/inner.txt"), "inner secret").unwrap();
+            let roots = Roots::new(&[dir.path().join("root")]).unwrap();
+            Env { _dir: dir, roots }
+        }
+
+        /// The canonical root (the temporary directory may sit behind a symlink).
+        fn root(&self) -> PathBuf {
+            self.roots.dirs()[0].clone()
+        }
+
+        fn outside(&self) -> PathBuf {
+            self.root().parent().unwrap().to_path_buf()
+        }
+
+        async fn call(&self, method: &str, mut params: Value) -> Result<Value, RpcError> {
+            params["channel"] = json!("ahp-root://");
+            handle(&self.roots, method, params).await
+        }
+
+        async fn ok(&self, method: &str, params: Value) -> Value {
+            match self.call(method, params.clone()).await {
+                Ok(v) => v,
+                Err(e) => panic!("{method} {params}: {e:?}"),
+            }
+        }
+
+        async fn code(&self, method: &str, params: Value) -> i64 {
+            match self.call(method, params.clone()).await {
+                Ok(v) => panic!("{method} {params} succeeded: {v}"),
+                Err(e) => {
+                    assert!(!e.message.is_empty());
+                    e.code
+                }
+            }
+        }
+
+        async fn write_text(&self, path: &Path, text: &str) {
+            self.ok(
+                "resourceWrite",
+                json!({"uri": u(path), "data": text, "encoding": "utf-8"}),
+            )
+            .await;
+        }
+
+        async fn read_text(&self, path: &Path) -> String {
+            let r = self.ok("resourceRead", json!({"uri": u(path)})).await;
+            assert_eq!(r["encoding"], "utf-8");
+            r["data"].as_str().unwrap().to_owned()
+        }
+    }
+
+    fn u(path: &Path) -> String {
+        file_uri(path)
+    }
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn roots_are_canonical_and_must_exist() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("root")).unwrap();
-        std::fs::write(dir.path().join("outside.txt"), "secret").unwrap();
-        let roots = Roots::new(&[dir.path().join("root")]).unwrap();
-        (dir, roots)
+        let real = fs::canonicalize(dir.path()).unwrap();
+        fs::create_dir(real.join("w")).unwrap();
+        symlink(real.join("w"), real.join("alias")).unwrap();
+        let roots = Roots::new(&[real.join("alias"), real.join("w")]).unwrap();
+        assert_eq!(roots.dirs(), [real.join("w")]);
+        let e = Roots::new(&[real.join("missing")]).unwrap_err();
+        assert_eq!(e.code, code::NOT_FOUND);
+        fs::write(real.join("file"), "").unwrap();
+        let e = Roots::new(&[real.join("file")]).unwrap_err();
+        assert_eq!(e.code, code::NOT_FOUND);
     }
 
-    fn u(p: &Path) -> String {
-        uri_of(p)
+    #[test]
+    fn uris_are_decoded_and_normalized() {
+        assert_eq!(
+            request_path("file:///a/b%20c/./d/../e").unwrap(),
+            Path::new("/a/b c/e")
+        );
+        assert_eq!(
+            request_path("file://localhost/x/%2E%2E/y").unwrap(),
+            Path::new("/y")
+        );
+        assert_eq!(
+            request_path("FILE:///../../etc").unwrap(),
+            Path::new("/etc")
+        );
+        let p = Path::new("/tmp/ä b#?%/x");
+        assert_eq!(request_path(&file_uri(p)).unwrap(), p);
+        for bad in [
+            "https://x/y",
+            "/etc/passwd",
+            "file:///a%2",
+            "file:///a%zz",
+            "file:///a%00b",
+            "file:///a?q",
+            "file:///a#f",
+        ] {
+            assert_eq!(
+                request_path(bad).unwrap_err().code,
+                code::INVALID_PARAMS,
+                "{bad}"
+            );
+        }
+        for elsewhere in ["file:relative/x", "file://server/share/x", "file://x.txt"] {
+            assert_eq!(
+                request_path(elsewhere).unwrap_err().code,
+                code::PERMISSION_DENIED,
+                "{elsewhere}"
+            );
+        }
     }
 
-    async fn call(roots: &Roots, method: &str, params: Value) -> Result<Value, RpcError> {
-        handle(roots, method, params).await
+    #[test]
+    fn methods() {
+        for m in METHODS {
+            assert!(is_resource_method(m));
+        }
+        assert!(!is_resource_method("resourceRequest"));
+        assert!(!is_resource_method("createSession"));
     }
 
     #[tokio::test]
-    async fn write_read_list_copy_move_delete_inside_the_root() {
-        let (dir, roots) = setup();
-        let root = dir.path().join("root");
-        let f = root.join("a b.txt");
-        call(
-            &roots,
-            "resourceWrite",
-            json!({"channel": "x", "uri": u(&f), "data": "héllo", "encoding": "utf-8"}),
-        )
-        .await
-        .unwrap();
-        let r = call(
-            &roots,
-            "resourceRead",
-            json!({"channel": "x", "uri": u(&f)}),
-        )
-        .await
-        .unwrap();
+    async fn text_and_base64_round_trip() {
+        let env = Env::new();
+        let f = env.root().join("a b.txt");
+        env.write_text(&f, "héllo").await;
+        assert_eq!(fs::read_to_string(&f).unwrap(), "héllo");
+        let r = env.ok("resourceRead", json!({"uri": u(&f)})).await;
         assert_eq!(r["data"], "héllo");
         assert_eq!(r["encoding"], "utf-8");
-        let r = call(
-            &roots,
-            "resourceRead",
-            json!({"channel": "x", "uri": u(&f), "encoding": "base64"}),
-        )
-        .await
-        .unwrap();
+        assert_eq!(r["contentType"], "text/plain");
+        let r = env
+            .ok("resourceRead", json!({"uri": u(&f), "encoding": "base64"}))
+            .await;
         assert_eq!(r["encoding"], "base64");
-        call(
-            &roots,
-            "resourceMkdir",
-            json!({"channel": "x", "uri": u(&root.join("d/e"))}),
+        assert_eq!(r["data"], b64("héllo".as_bytes()));
+
+        // Binary in, binary out: utf-8 requested, base64 given (the protocol's fallback).
+        let png = png_bytes();
+        let g = env.root().join("img");
+        env.ok(
+            "resourceWrite",
+            json!({"uri": u(&g), "data": b64(&png), "encoding": "base64"}),
         )
-        .await
-        .unwrap();
-        call(
-            &roots,
-            "resourceCopy",
-            json!({"channel": "x", "source": u(&f), "destination": u(&root.join("d/c.txt"))}),
-        )
-        .await
-        .unwrap();
-        call(&roots, "resourceMove", json!({"channel": "x", "source": u(&root.join("d/c.txt")), "destination": u(&root.join("m.txt"))}))
-            .await
-            .unwrap();
-        let l = call(
-            &roots,
-            "resourceList",
-            json!({"channel": "x", "uri": u(&root)}),
-        )
-        .await
-        .unwrap();
-        let names: Vec<&str> = l["entries"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["a b.txt", "d", "m.txt"]);
-        call(
-            &roots,
-            "resourceDelete",
-            json!({"channel": "x", "uri": u(&root.join("d")), "recursive": true}),
-        )
-        .await
-        .unwrap();
-        assert!(!root.join("d").exists());
-        let r = call(
-            &roots,
-            "resourceResolve",
-            json!({"channel": "x", "uri": u(&root.join("m.txt"))}),
-        )
-        .await
-        .unwrap();
-        assert_eq!(r["type"], "file");
-        assert_eq!(r["size"], 6);
+        .await;
+        assert_eq!(fs::read(&g).unwrap(), png);
+        let r = env
+            .ok("resourceRead", json!({"uri": u(&g), "encoding": "utf-8"}))
+            .await;
+        assert_eq!(r["encoding"], "base64");
+        assert_eq!(r["data"], b64(&png));
+        assert_eq!(r["contentType"], "image/png");
+
+        let e = env
+            .code(
+                "resourceWrite",
+                json!({"uri": u(&g), "data": "not base64!", "encoding": "base64"}),
+            )
+            .await;
+        assert_eq!(e, code::INVALID_PARAMS);
+    }
+
+    fn png_bytes() -> Vec<u8> {
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.extend([0, 0xff, 0xfe, 7]);
+        png
     }
 
     #[tokio::test]
-    async fn escapes_are_refused_with_permission_denied() {
-        let (dir, roots) = setup();
-        let root = dir.path().join("root");
-        std::os::unix::fs::symlink(dir.path().join("outside.txt"), root.join("link")).unwrap();
-        std::os::unix::fs::symlink(dir.path(), root.join("dirlink")).unwrap();
-        for uri in [
+    async fn write_modes_and_preconditions() {
+        let env = Env::new();
+        let f = env.root().join("f.txt");
+        env.write_text(&f, "hello world").await;
+        let w = |data: &str, extra: Value| {
+            let mut p = json!({"uri": u(&f), "data": data, "encoding": "utf-8"});
+            for (k, v) in extra.as_object().unwrap() {
+                p[k] = v.clone();
+            }
+            p
+        };
+        env.ok("resourceWrite", w("there", json!({"position": 6})))
+            .await;
+        assert_eq!(env.read_text(&f).await, "hello there");
+        env.ok("resourceWrite", w("!", json!({"mode": "append"})))
+            .await;
+        assert_eq!(env.read_text(&f).await, "hello there!");
+        env.ok(
+            "resourceWrite",
+            w(" you", json!({"mode": "append", "position": 1})),
+        )
+        .await;
+        assert_eq!(env.read_text(&f).await, "hello there you!");
+        env.ok(
+            "resourceWrite",
+            w("oh, ", json!({"mode": "insert", "position": 0})),
+        )
+        .await;
+        assert_eq!(env.read_text(&f).await, "oh, hello there you!");
+        for bad in [
+            json!({"position": -1}),
+            json!({"position": 1000}),
+            json!({"mode": "insert", "position": 1000}),
+        ] {
+            assert_eq!(
+                env.code("resourceWrite", w("x", bad)).await,
+                code::INVALID_PARAMS
+            );
+        }
+        assert_eq!(
+            env.code("resourceWrite", w("x", json!({"createOnly": true})))
+                .await,
+            code::ALREADY_EXISTS
+        );
+        let new = env.root().join("new.txt");
+        env.ok(
+            "resourceWrite",
+            json!({"uri": u(&new), "data": "n", "encoding": "utf-8", "createOnly": true}),
+        )
+        .await;
+        assert_eq!(env.read_text(&new).await, "n");
+
+        // ifMatch: the etag from resourceResolve passes once, then is stale.
+        let etag = env.ok("resourceResolve", json!({"uri": u(&f)})).await["etag"].clone();
+        env.ok("resourceWrite", w("v2", json!({"ifMatch": etag})))
+            .await;
+        assert_eq!(env.read_text(&f).await, "v2");
+        assert_eq!(
+            env.code("resourceWrite", w("v3", json!({"ifMatch": etag})))
+                .await,
+            CONFLICT
+        );
+        assert_eq!(env.read_text(&f).await, "v2");
+        let missing = env.root().join("missing.txt");
+        let e = env
+            .code(
+                "resourceWrite",
+                json!({"uri": u(&missing), "data": "x", "encoding": "utf-8", "ifMatch": "x"}),
+            )
+            .await;
+        assert_eq!(e, CONFLICT);
+        assert!(!missing.exists());
+
+        // No implicit parents; a directory is not a file.
+        let deep = env.root().join("no/such/dir.txt");
+        let e = env
+            .code(
+                "resourceWrite",
+                json!({"uri": u(&deep), "data": "x", "encoding": "utf-8"}),
+            )
+            .await;
+        assert_eq!(e, code::NOT_FOUND);
+        let e = env
+            .code(
+                "resourceWrite",
+                json!({"uri": u(&env.root()), "data": "x", "encoding": "utf-8"}),
+            )
+            .await;
+        assert_eq!(e, code::INVALID_PARAMS);
+    }
+
+    #[tokio::test]
+    async fn list_mkdir_resolve() {
+        let env = Env::new();
+        let root = env.root();
+        env.ok("resourceMkdir", json!({"uri": u(&root.join("d/e/f"))}))
+            .await;
+        assert!(root.join("d/e/f").is_dir());
+        // Already there: a no-op.
+        env.ok("resourceMkdir", json!({"uri": u(&root.join("d/e"))}))
+            .await;
+        fs::write(root.join("file.txt"), "12345").unwrap();
+        assert_eq!(
+            env.code("resourceMkdir", json!({"uri": u(&root.join("file.txt"))}))
+                .await,
+            code::ALREADY_EXISTS
+        );
+        assert_eq!(
+            env.code(
+                "resourceMkdir",
+                json!({"uri": u(&root.join("file.txt/sub"))})
+            )
+            .await,
+            code::ALREADY_EXISTS
+        );
+        symlink(root.join("d"), root.join("to-d")).unwrap();
+        symlink(env.outside().join("outdir"), root.join("to-outdir")).unwrap();
+        symlink(root.join("nowhere"), root.join("dangling")).unwrap();
+
+        let l = env.ok("resourceList", json!({"uri": u(&root)})).await;
+        assert_eq!(
+            l["entries"],
+            json!([
+                {"name": "d", "type": "directory"},
+                {"name": "dangling", "type": "file"},
+                {"name": "file.txt", "type": "file"},
+                {"name": "to-d", "type": "directory"},
+                {"name": "to-outdir", "type": "file"},
+            ])
+        );
+        let l = env
+            .ok("resourceList", json!({"uri": u(&root.join("to-d"))}))
+            .await;
+        assert_eq!(l["entries"], json!([{"name": "e", "type": "directory"}]));
+        assert_eq!(
+            env.code("resourceList", json!({"uri": u(&root.join("file.txt"))}))
+                .await,
+            code::INVALID_PARAMS
+        );
+        assert_eq!(
+            env.code("resourceList", json!({"uri": u(&root.join("nope"))}))
+                .await,
+            code::NOT_FOUND
+        );
+
+        let r = env
+            .ok("resourceResolve", json!({"uri": u(&root.join("file.txt"))}))
+            .await;
+        assert_eq!(r["type"], "file");
+        assert_eq!(r["size"], 5);
+        assert_eq!(r["uri"], u(&root.join("file.txt")));
+        assert!(r["mtime"].as_str().unwrap().ends_with('Z'));
+        assert!(r["etag"].is_string());
+        let r = env
+            .ok("resourceResolve", json!({"uri": u(&root.join("to-d"))}))
+            .await;
+        assert_eq!(r["type"], "directory");
+        assert_eq!(r["uri"], u(&root.join("d")));
+        assert!(r.get("size").is_none());
+        let lexical = format!("{}/x/../to-d", u(&root));
+        let r = env
+            .ok(
+                "resourceResolve",
+                json!({"uri": lexical, "followSymlinks": false}),
+            )
+            .await;
+        assert_eq!(r["type"], "symlink");
+        assert_eq!(r["uri"], lexical);
+        // A link out may be described as a link, never followed.
+        let r = env
+            .ok(
+                "resourceResolve",
+                json!({"uri": u(&root.join("to-outdir")), "followSymlinks": false}),
+            )
+            .await;
+        assert_eq!(r["type"], "symlink");
+        assert_eq!(
+            env.code(
+                "resourceResolve",
+                json!({"uri": u(&root.join("to-outdir"))})
+            )
+            .await,
+            code::PERMISSION_DENIED
+        );
+        // The root itself, either way.
+        for follow in [true, false] {
+            let r = env
+                .ok(
+                    "resourceResolve",
+                    json!({"uri": u(&root), "followSymlinks": follow}),
+                )
+                .await;
+            assert_eq!(r["type"], "directory");
+        }
+        assert_eq!(
+            env.code("resourceResolve", json!({"uri": u(&root.join("nope"))}))
+                .await,
+            code::NOT_FOUND
+        );
+        assert_eq!(
+            env.code(
+                "resourceResolve",
+                json!({"uri": u(&root.join("nope/deeper")), "followSymlinks": false})
+            )
+            .await,
+            code::NOT_FOUND
+        );
+    }
+
+    #[tokio::test]
+    async fn copy_move_delete() {
+        let env = Env::new();
+        let root = env.root();
+        let f = root.join("f.txt");
+        env.write_text(&f, "one").await;
+        // Copy a file; onto an existing file; refused with failIfExists.
+        env.ok(
+            "resourceCopy",
+            json!({"source": u(&f), "destination": u(&root.join("g.txt"))}),
+        )
+        .await;
+        assert_eq!(fs::read_to_string(root.join("g.txt")).unwrap(), "one");
+        env.write_text(&f, "two").await;
+        env.ok(
+            "resourceCopy",
+            json!({"source": u(&f), "destination": u(&root.join("g.txt"))}),
+        )
+        .await;
+        assert_eq!(fs::read_to_string(root.join("g.txt")).unwrap(), "two");
+        assert_eq!(
+            env.code(
+                "resourceCopy",
+                json!({"source": u(&f), "destination": u(&root.join("g.txt")), "failIfExists": true})
+            )
+            .await,
+            code::ALREADY_EXISTS
+        );
+        // Copy a tree, its symlinks as links.
+        fs::create_dir_all(root.join("d/sub")).unwrap();
+        fs::write(root.join("d/sub/x"), "x").unwrap();
+        symlink("sub/x", root.join("d/link")).unwrap();
+        env.ok(
+            "resourceCopy",
+            json!({"source": u(&root.join("d")), "destination": u(&root.join("d2"))}),
+        )
+        .await;
+        assert_eq!(fs::read_to_string(root.join("d2/sub/x")).unwrap(), "x");
+        assert_eq!(
+            fs::read_link(root.join("d2/link")).unwrap(),
+            Path::new("sub/x")
+        );
+        // Into itself, over its own parent, onto itself.
+        for (from, to) in [("d", "d/sub/d"), ("d/sub", "d")] {
+            assert_eq!(
+                env.code(
+                    "resourceCopy",
+                    json!({"source": u(&root.join(from)), "destination": u(&root.join(to))})
+                )
+                .await,
+                code::INVALID_PARAMS,
+                "{from} -> {to}"
+            );
+            assert_eq!(
+                env.code(
+                    "resourceMove",
+                    json!({"source": u(&root.join(from)), "destination": u(&root.join(to))})
+                )
+                .await,
+                code::INVALID_PARAMS,
+                "{from} -> {to}"
+            );
+        }
+        env.ok(
+            "resourceCopy",
+            json!({"source": u(&f), "destination": u(&f)}),
+        )
+        .await;
+        env.ok(
+            "resourceMove",
+            json!({"source": u(&root.join("d")), "destination": u(&root.join("d"))}),
+        )
+        .await;
+        assert_eq!(fs::read_to_string(&f).unwrap(), "two");
+        assert!(root.join("d/sub/x").exists());
+
+        // Move a file, then a directory over an existing one.
+        env.ok(
+            "resourceMove",
+            json!({"source": u(&f), "destination": u(&root.join("m.txt"))}),
+        )
+        .await;
+        assert!(!f.exists());
+        assert_eq!(fs::read_to_string(root.join("m.txt")).unwrap(), "two");
+        assert_eq!(
+            env.code(
+                "resourceMove",
+                json!({"source": u(&root.join("m.txt")), "destination": u(&root.join("g.txt")), "failIfExists": true})
+            )
+            .await,
+            code::ALREADY_EXISTS
+        );
+        env.ok(
+            "resourceMove",
+            json!({"source": u(&root.join("d2")), "destination": u(&root.join("d"))}),
+        )
+        .await;
+        assert!(!root.join("d2").exists());
+        assert_eq!(
+            fs::read_link(root.join("d/link")).unwrap(),
+            Path::new("sub/x")
+        );
+        assert_eq!(
+            env.code(
+                "resourceMove",
+                json!({"source": u(&root.join("nope")), "destination": u(&root.join("n2"))})
+            )
+            .await,
+            code::NOT_FOUND
+        );
+        assert_eq!(
+            env.code(
+                "resourceCopy",
+                json!({"source": u(&root.join("nope")), "destination": u(&root.join("n2"))})
+            )
+            .await,
+            code::NOT_FOUND
+        );
+
+        // Delete: a file, an empty directory, a non-empty one only recursively.
+        env.ok("resourceDelete", json!({"uri": u(&root.join("m.txt"))}))
+            .await;
+        assert!(!root.join("m.txt").exists());
+        fs::create_dir(root.join("empty")).unwrap();
+        env.ok("resourceDelete", json!({"uri": u(&root.join("empty"))}))
+            .await;
+        assert!(!root.join("empty").exists());
+        assert_eq!(
+            env.code("resourceDelete", json!({"uri": u(&root.join("d"))}))
+                .await,
+            code::INVALID_PARAMS
+        );
+        assert!(root.join("d/sub/x").exists());
+        env.ok(
+            "resourceDelete",
+            json!({"uri": u(&root.join("d")), "recursive": true}),
+        )
+        .await;
+        assert!(!root.join("d").exists());
+        assert_eq!(
+            env.code("resourceDelete", json!({"uri": u(&root.join("d"))}))
+                .await,
+            code::NOT_FOUND
+        );
+        // The root itself, however named.
+        for uri in [u(&root), format!("{}/d/..", u(&root))] {
+            assert_eq!(
+                env.code("resourceDelete", json!({"uri": uri, "recursive": true}))
+                    .await,
+                code::PERMISSION_DENIED
+            );
+        }
+        assert_eq!(
+            env.code(
+                "resourceMove",
+                json!({"source": u(&root), "destination": u(&root.join("x"))})
+            )
+            .await,
+            code::PERMISSION_DENIED
+        );
+        assert!(root.is_dir());
+    }
+
+    #[tokio::test]
+    async fn escapes_are_refused() {
+        let env = Env::new();
+        let (root, out) = (env.root(), env.outside());
+        let secret = out.join("outside.txt");
+        symlink(&secret, root.join("link")).unwrap();
+        symlink(&out, root.join("dirlink")).unwrap();
+        symlink(out.join("new-target"), root.join("dangling-out")).unwrap();
+        let escapes = [
             format!("{}/../outside.txt", u(&root)),
-            u(&dir.path().join("outside.txt")),
+            format!("{}/%2E%2E/outside.txt", u(&root)),
+            format!("{}/a/../../outside.txt", u(&root)),
+            u(&secret),
             "file:///etc/passwd".to_owned(),
             u(&root.join("link")),
             u(&root.join("dirlink/outside.txt")),
-            format!("{}/%2E%2E/outside.txt", u(&root)),
-        ] {
-            let e = call(&roots, "resourceRead", json!({"channel": "x", "uri": uri}))
-                .await
-                .unwrap_err();
-            assert_eq!(e.code, code::PERMISSION_DENIED, "{uri}: {e:?}");
+            // Missing outside: refused, not NotFound, so the outside cannot be probed.
+            u(&out.join("no-such-file")),
+            u(&root.join("dirlink/no-such-file")),
+        ];
+        for uri in &escapes {
+            for method in ["resourceRead", "resourceResolve", "resourceList"] {
+                let e = env.code(method, json!({"uri": uri})).await;
+                assert_eq!(e, code::PERMISSION_DENIED, "{method} {uri}");
+            }
         }
-        let e = call(&roots, "resourceWrite", json!({"channel": "x", "uri": u(&root.join("dirlink/planted")), "data": "x", "encoding": "utf-8"}))
+        let e = env
+            .call("resourceRead", json!({"uri": u(&root.join("link"))}))
             .await
             .unwrap_err();
-        assert_eq!(e.code, code::PERMISSION_DENIED);
-        assert!(!dir.path().join("planted").exists());
-        let e = call(
-            &roots,
-            "resourceWrite",
-            json!({"channel": "x", "uri": u(&root.join("link")), "data": "x", "encoding": "utf-8"}),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(
-            e.code,
-            code::PERMISSION_DENIED,
-            "writing through a link out"
+        assert!(
+            e.message.contains(&root.join("link").display().to_string()),
+            "{e:?}"
         );
+        assert!(!e.message.contains("secret"));
         assert_eq!(
-            std::fs::read_to_string(dir.path().join("outside.txt")).unwrap(),
-            "secret"
+            env.code("resourceList", json!({"uri": u(&root.join("dirlink"))}))
+                .await,
+            code::PERMISSION_DENIED
         );
-        let e = call(
-            &roots,
-            "resourceDelete",
-            json!({"channel": "x", "uri": u(&root), "recursive": true}),
+
+        // Writes through links (to a file, into a directory, via a dangling link) and up.
+        for target in [
+            u(&root.join("link")),
+            u(&root.join("dirlink/planted.txt")),
+            u(&root.join("dirlink/outside.txt")),
+            u(&root.join("dangling-out")),
+            format!("{}/../planted.txt", u(&root)),
+            u(&out.join("planted.txt")),
+        ] {
+            for mode in ["truncate", "append"] {
+                let e = env
+                    .code(
+                        "resourceWrite",
+                        json!({"uri": target, "data": "x", "encoding": "utf-8", "mode": mode}),
+                    )
+                    .await;
+                assert_eq!(e, code::PERMISSION_DENIED, "{target}");
+            }
+            let e = env.code("resourceMkdir", json!({"uri": target})).await;
+            assert_eq!(e, code::PERMISSION_DENIED, "mkdir {target}");
+        }
+        assert_eq!(
+            env.code(
+                "resourceMkdir",
+                json!({"uri": u(&root.join("dirlink/a/b"))})
+            )
+            .await,
+            code::PERMISSION_DENIED
+        );
+        assert_eq!(fs::read_to_string(&secret).unwrap(), "secret");
+        assert!(!out.join("planted.txt").exists());
+        assert!(!out.join("new-target").exists());
+        assert!(!out.join("a").exists());
+
+        // Delete/move/copy through a link out, or from/to outside.
+        let inside = root.join("in.txt");
+        fs::write(&inside, "in").unwrap();
+        for (method, params) in [
+            (
+                "resourceDelete",
+                json!({"uri": u(&root.join("dirlink/outside.txt"))}),
+            ),
+            (
+                "resourceDelete",
+                json!({"uri": u(&root.join("dirlink/outdir")), "recursive": true}),
+            ),
+            ("resourceDelete", json!({"uri": u(&secret)})),
+            (
+                "resourceCopy",
+                json!({"source": u(&root.join("link")), "destination": u(&root.join("stolen"))}),
+            ),
+            (
+                "resourceCopy",
+                json!({"source": u(&secret), "destination": u(&root.join("stolen"))}),
+            ),
+            (
+                "resourceCopy",
+                json!({"source": u(&inside), "destination": u(&root.join("dirlink/outside.txt"))}),
+            ),
+            (
+                "resourceCopy",
+                json!({"source": u(&inside), "destination": u(&out.join("planted.txt"))}),
+            ),
+            (
+                "resourceMove",
+                json!({"source": u(&secret), "destination": u(&root.join("stolen"))}),
+            ),
+            (
+                "resourceMove",
+                json!({"source": u(&root.join("dirlink/outside.txt")), "destination": u(&root.join("stolen"))}),
+            ),
+            (
+                "resourceMove",
+                json!({"source": u(&inside), "destination": u(&root.join("dirlink/planted.txt"))}),
+            ),
+            (
+                "resourceMove",
+                json!({"source": u(&inside), "destination": format!("{}/../planted.txt", u(&root))}),
+            ),
+        ] {
+            assert_eq!(
+                env.code(method, params.clone()).await,
+                code::PERMISSION_DENIED,
+                "{method} {params}"
+            );
+        }
+        assert_eq!(fs::read_to_string(&secret).unwrap(), "secret");
+        assert_eq!(
+            fs::read_to_string(out.join("outdir/inner.txt")).unwrap(),
+            "inner secret"
+        );
+        assert!(!root.join("stolen").exists());
+        assert!(!out.join("planted.txt").exists());
+        assert!(inside.exists());
+
+        // A copy onto a link out replaces the link instead of writing through it.
+        env.ok(
+            "resourceCopy",
+            json!({"source": u(&inside), "destination": u(&root.join("link"))}),
         )
-        .await
-        .unwrap_err();
-        assert_eq!(e.code, code::PERMISSION_DENIED, "the root itself");
-        // Deleting a link removes the link only.
-        call(
-            &roots,
-            "resourceDelete",
-            json!({"channel": "x", "uri": u(&root.join("link"))}),
+        .await;
+        assert_eq!(fs::read_to_string(&secret).unwrap(), "secret");
+        assert!(
+            !fs::symlink_metadata(root.join("link"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read_to_string(root.join("link")).unwrap(), "in");
+        // A move of the link itself stays a link (nothing outside is read).
+        env.ok(
+            "resourceMove",
+            json!({"source": u(&root.join("dirlink")), "destination": u(&root.join("dirlink2"))}),
         )
-        .await
-        .unwrap();
-        assert!(dir.path().join("outside.txt").exists());
+        .await;
+        assert_eq!(fs::read_link(root.join("dirlink2")).unwrap(), out);
     }
 
     #[tokio::test]
-    async fn precise_errors_for_missing_files_and_bad_uris() {
-        let (dir, roots) = setup();
-        let root = dir.path().join("root");
-        let e = call(
-            &roots,
-            "resourceRead",
-            json!({"channel": "x", "uri": u(&root.join("nope"))}),
+    async fn deleting_a_symlink_removes_only_the_link() {
+        let env = Env::new();
+        let (root, out) = (env.root(), env.outside());
+        symlink(out.join("outside.txt"), root.join("link")).unwrap();
+        symlink(out.join("outdir"), root.join("dirlink")).unwrap();
+        fs::create_dir(root.join("d")).unwrap();
+        fs::write(root.join("d/keep"), "keep").unwrap();
+        symlink(root.join("d"), root.join("inlink")).unwrap();
+        symlink(root.join("d"), root.join("inlink2")).unwrap();
+        env.ok("resourceDelete", json!({"uri": u(&root.join("inlink2"))}))
+            .await;
+        env.ok("resourceDelete", json!({"uri": u(&root.join("link"))}))
+            .await;
+        env.ok(
+            "resourceDelete",
+            json!({"uri": u(&root.join("dirlink")), "recursive": true}),
         )
-        .await
-        .unwrap_err();
-        assert_eq!(e.code, code::NOT_FOUND);
-        let e = call(
-            &roots,
-            "resourceRead",
-            json!({"channel": "x", "uri": "https://example.com/a"}),
+        .await;
+        env.ok(
+            "resourceDelete",
+            json!({"uri": u(&root.join("inlink")), "recursive": true}),
         )
-        .await
-        .unwrap_err();
+        .await;
+        for link in ["link", "dirlink", "inlink", "inlink2"] {
+            assert!(fs::symlink_metadata(root.join(link)).is_err(), "{link}");
+        }
+        assert_eq!(
+            fs::read_to_string(out.join("outside.txt")).unwrap(),
+            "secret"
+        );
+        assert_eq!(
+            fs::read_to_string(out.join("outdir/inner.txt")).unwrap(),
+            "inner secret"
+        );
+        assert_eq!(fs::read_to_string(root.join("d/keep")).unwrap(), "keep");
+    }
+
+    #[test]
+    fn a_path_swapped_after_the_open_is_caught() {
+        let env = Env::new();
+        let (root, out) = (env.root(), env.outside());
+        fs::create_dir(root.join("a")).unwrap();
+        fs::write(root.join("a/f"), "inside").unwrap();
+        fs::write(out.join("outdir/f"), "outside").unwrap();
+        let real = root.join("a/f");
+        // What an open that lost the race would hold: the file outside.
+        let opened = File::open(out.join("outdir/f")).unwrap();
+        let seen = opened.metadata().unwrap();
+        let e = still_inside(&env.roots, &real, &real, &seen).unwrap_err();
+        assert_eq!(e.code, code::PERMISSION_DENIED);
+        // The directory swapped for a link out after an honest open.
+        let opened =
+            open_verified(&env.roots, &real, &real, OpenOptions::new().read(true)).unwrap();
+        let seen = opened.metadata().unwrap();
+        fs::rename(root.join("a"), root.join("a-old")).unwrap();
+        symlink(out.join("outdir"), root.join("a")).unwrap();
+        let e = still_inside(&env.roots, &real, &real, &seen).unwrap_err();
+        assert_eq!(e.code, code::PERMISSION_DENIED);
+        let e = open_verified(&env.roots, &real, &real, OpenOptions::new().read(true)).unwrap_err();
+        assert_eq!(e.code, code::PERMISSION_DENIED);
+    }
+
+    #[tokio::test]
+    async fn precise_errors() {
+        let env = Env::new();
+        let root = env.root();
+        assert_eq!(
+            env.code("resourceRead", json!({"uri": u(&root.join("nope"))}))
+                .await,
+            code::NOT_FOUND
+        );
+        assert_eq!(
+            env.code("resourceRead", json!({"uri": u(&root.join("nope/deeper"))}))
+                .await,
+            code::NOT_FOUND
+        );
+        assert_eq!(
+            env.code("resourceDelete", json!({"uri": u(&root.join("nope"))}))
+                .await,
+            code::NOT_FOUND
+        );
+        assert_eq!(
+            env.code("resourceRead", json!({"uri": u(&root)})).await,
+            code::INVALID_PARAMS
+        );
+        for uri in [
+            "https://example.com/a",
+            "untitled:Untitled-1",
+            "/etc/passwd",
+        ] {
+            for method in METHODS {
+                let params = json!({"uri": uri, "source": uri, "destination": uri, "data": "", "encoding": "utf-8"});
+                assert_eq!(
+                    env.code(method, params).await,
+                    code::INVALID_PARAMS,
+                    "{method} {uri}"
+                );
+            }
+        }
+        assert_eq!(
+            env.code("resourceRead", json!({"uri": "file:relative.txt"}))
+                .await,
+            code::PERMISSION_DENIED
+        );
+        let e = env.call("resourceRead", json!({})).await.unwrap_err();
         assert_eq!(e.code, code::INVALID_PARAMS);
-        let e = call(&roots, "resourceRead", json!({"channel": "x"}))
+        assert!(e.message.contains("uri"), "{e:?}");
+        let e = handle(&env.roots, "resourceFrob", json!({}))
             .await
             .unwrap_err();
-        assert_eq!(e.code, code::INVALID_PARAMS);
-        let e = call(&roots, "resourceFrob", json!({})).await.unwrap_err();
         assert_eq!(e.code, code::METHOD_NOT_FOUND);
-        let f = root.join("f.txt");
-        std::fs::write(&f, "1").unwrap();
-        let e = call(&roots, "resourceWrite", json!({"channel": "x", "uri": u(&f), "data": "2", "encoding": "utf-8", "createOnly": true}))
+        // A FIFO is not read (opening it would block).
+        let fifo = root.join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        assert_eq!(
+            env.code("resourceRead", json!({"uri": u(&fifo)})).await,
+            code::INVALID_PARAMS
+        );
+        // Over the read limit (a sparse file: no 64 MiB written).
+        let big = root.join("big.bin");
+        File::create(&big)
+            .unwrap()
+            .set_len(MAX_READ_BYTES + 1)
+            .unwrap();
+        let e = env
+            .call("resourceRead", json!({"uri": u(&big)}))
             .await
             .unwrap_err();
-        assert_eq!(e.code, code::ALREADY_EXISTS);
-        let e = call(&roots, "resourceWrite", json!({"channel": "x", "uri": u(&f), "data": "2", "encoding": "utf-8", "ifMatch": "stale"}))
-            .await
-            .unwrap_err();
-        assert_eq!(e.code, CONFLICT);
+        assert_eq!(e.code, code::INVALID_PARAMS);
+        assert!(e.message.contains("at most"), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn a_root_behind_a_symlink_and_nested_roots() {
+        let env = Env::new();
+        let real = env.root();
+        fs::create_dir(real.join("inner")).unwrap();
+        symlink(&real, env.outside().join("alias")).unwrap();
+        let roots = Roots::new(&[env.outside().join("alias"), real.join("inner")]).unwrap();
+        let f = env.outside().join("alias/x.txt");
+        handle(
+            &roots,
+            "resourceWrite",
+            json!({"channel": "c", "uri": u(&f), "data": "x", "encoding": "utf-8"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(fs::read_to_string(real.join("x.txt")).unwrap(), "x");
+        // Deleting a directory that holds another root is refused.
+        let e = handle(
+            &roots,
+            "resourceDelete",
+            json!({"channel": "c", "uri": u(&real.join("inner"))}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, code::PERMISSION_DENIED);
+        // No roots: nothing is served.
+        let none = Roots::new(&[]).unwrap();
+        let e = handle(
+            &none,
+            "resourceRead",
+            json!({"channel": "c", "uri": u(&real.join("x.txt"))}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, code::PERMISSION_DENIED);
     }
 }
