@@ -1,22 +1,32 @@
-//! The `claude` agent: identity, GitHub authentication (which starts the proxy), the model
-//! list, and the sessions of one host.
+//! The `claude` agent of one host: its identity, the model edge, and the one registry of its
+//! sessions (by session id, and by every URI a session is known by).
 
-use crate::session::{ChatSession, ChatSessionError};
-use ahp_types::state::{AgentInfo, ProtectedResourceMetadata, SessionModelInfo};
-use claude_host_proxy::{ProxyConfig, ProxyHandle};
+use crate::listing::{SessionListing, merge};
+use crate::models::{self, ModelAccess, auth_required, model_info};
+use crate::outbox::Sequence;
+use crate::session::{
+    self, ChannelKind, ChatSessionError, Overlay, SessionHandle, SessionNotice, SessionSpec,
+    SessionUris,
+};
+use ahp_types::state::{
+    AgentInfo, ProtectedResourceMetadata, SessionModelInfo, SessionSummary, Turn,
+};
+use claude_host_protocol::time::{now_millis, now_rfc3339};
+use claude_host_protocol::uri::file_uri;
 use claude_host_sdk::SessionOptions;
 use claude_host_store::{SessionRecord, Store};
-use claude_host_upstream::{CatalogModel, Upstream, UpstreamError};
-use serde_json::json;
+use claude_host_upstream::UpstreamError;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::broadcast;
 
-/// The protected resource the agent needs a token for: a GitHub account with Copilot.
-pub const GITHUB_RESOURCE: &str = "https://api.github.com";
-
-/// The URI scheme of the agent's sessions (`claude:/<session id>`).
-pub const SESSION_SCHEME: &str = "claude";
+/// The URI scheme of session channels this host names itself.
+pub const SESSION_PREFIX: &str = "ahp-session:/";
+/// The URI scheme of chat channels this host names itself.
+pub const CHAT_PREFIX: &str = "ahp-chat:/";
 
 /// Why an agent operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,12 +40,12 @@ pub enum AgentError {
     /// The token was refused or the upstream could not be reached with it.
     #[error("authentication failed: {0}")]
     AuthFailed(#[from] UpstreamError),
-    /// The proxy could not be started.
-    #[error("cannot start the model proxy: {0}")]
-    Proxy(String),
     /// No session with this URI or id.
     #[error("no session {0}")]
     UnknownSession(String),
+    /// A session with this id or URI exists.
+    #[error("session {0} already exists")]
+    SessionExists(String),
     /// The model is not one the agent offers.
     #[error("unknown model {model:?}; available: {available}")]
     UnknownModel {
@@ -44,27 +54,18 @@ pub enum AgentError {
         /// What exists.
         available: String,
     },
+    /// The request is not valid.
+    #[error("{0}")]
+    Invalid(String),
+    /// The host cannot do this.
+    #[error("{0}")]
+    Unsupported(String),
     /// A session operation failed.
     #[error(transparent)]
     Session(#[from] ChatSessionError),
     /// The agent has been shut down.
     #[error("the agent is shut down")]
     ShutDown,
-}
-
-/// Builds the model upstream for a GitHub token (tests point it at the fake).
-pub trait UpstreamFactory: Send + Sync + 'static {
-    /// An upstream that authenticates with `github_token`.
-    fn for_github_token(&self, github_token: &str) -> Arc<dyn Upstream>;
-}
-
-impl<F> UpstreamFactory for F
-where
-    F: Fn(&str) -> Arc<dyn Upstream> + Send + Sync + 'static,
-{
-    fn for_github_token(&self, github_token: &str) -> Arc<dyn Upstream> {
-        self(github_token)
-    }
 }
 
 /// How the agent runs sessions.
@@ -80,8 +81,28 @@ pub struct AgentConfig {
     pub extra_env: Vec<(String, String)>,
     /// Whether `bypassPermissions` may be chosen.
     pub allow_bypass_permissions: bool,
-    /// The proxy's listener and limits.
-    pub proxy: ProxyConfig,
+    /// Actions kept per session for clients that reconnect.
+    pub replay_buffer: usize,
+    /// How long an interrupted turn may take to settle before its CLI is killed.
+    pub abort_grace: Duration,
+    /// How long a session restored from disk stays open with nobody using it.
+    pub idle_eviction: Duration,
+}
+
+impl AgentConfig {
+    /// The defaults, for a CLI and a default working directory.
+    pub fn new(cli: PathBuf, default_cwd: PathBuf) -> AgentConfig {
+        AgentConfig {
+            cli,
+            config_dir: None,
+            default_cwd,
+            extra_env: Vec::new(),
+            allow_bypass_permissions: false,
+            replay_buffer: 4096,
+            abort_grace: Duration::from_secs(5),
+            idle_eviction: Duration::from_secs(600),
+        }
+    }
 }
 
 /// What a new session starts with.
@@ -89,8 +110,10 @@ pub struct AgentConfig {
 pub struct NewSession {
     /// The Claude session id to use (a UUID); `None` picks one.
     pub id: Option<String>,
-    /// Working directory (default: the agent's).
-    pub cwd: Option<PathBuf>,
+    /// The URIs clients know it by (`None`: this host's own forms).
+    pub uris: Option<SessionUris>,
+    /// Working directories; the first is the CLI's (default: the agent's).
+    pub working_directories: Vec<PathBuf>,
     /// Model id, Copilot (`claude-sonnet-4.5`) or Claude Code form.
     pub model: Option<String>,
     /// Reasoning effort.
@@ -101,40 +124,74 @@ pub struct NewSession {
     pub warm: bool,
 }
 
-/// One entry of the session list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionListing {
-    /// The Claude session id.
-    pub id: String,
-    /// `claude:/<id>`.
-    pub resource: String,
-    /// Title: the host's, else the CLI's summary or first prompt.
-    pub title: String,
-    /// Working directory, when known.
-    pub cwd: Option<String>,
-    /// Last change, milliseconds since the epoch.
-    pub modified_at: i64,
-    /// Model chosen in the host, if any.
-    pub model: Option<String>,
-    /// Archived in the host.
-    pub archived: bool,
-    /// Whether claude-host has an overlay for it (else it came from the user's own `claude`).
-    pub from_host: bool,
+/// This host's URIs for a session id.
+pub fn default_uris(id: &str) -> SessionUris {
+    SessionUris {
+        session: format!("{SESSION_PREFIX}{id}"),
+        chat: format!("{CHAT_PREFIX}{id}"),
+    }
 }
 
-struct Auth {
-    token: String,
-    proxy: ProxyHandle,
-    upstream: Arc<dyn Upstream>,
+/// The session id inside one of this host's session or chat URIs (or a bare id).
+pub fn session_id_of(uri: &str) -> Option<(&str, ChannelKind)> {
+    if let Some(rest) = uri.strip_prefix(SESSION_PREFIX) {
+        return Some((rest.trim_start_matches('/'), ChannelKind::Session));
+    }
+    if let Some(rest) = uri.strip_prefix(CHAT_PREFIX) {
+        return Some((rest.trim_start_matches('/'), ChannelKind::Chat));
+    }
+    if let Some(rest) = uri.strip_prefix("claude:") {
+        return Some((rest.trim_start_matches('/'), ChannelKind::Session));
+    }
+    uuid::Uuid::parse_str(uri)
+        .is_ok()
+        .then_some((uri, ChannelKind::Session))
+}
+
+#[derive(Default)]
+struct Registry {
+    by_id: HashMap<String, SessionHandle>,
+    /// Every URI of every live session → (id, which channel).
+    by_uri: HashMap<String, (String, ChannelKind)>,
+}
+
+impl Registry {
+    fn insert(&mut self, handle: SessionHandle) {
+        let id = handle.id().to_owned();
+        self.by_uri.insert(
+            handle.resource().to_owned(),
+            (id.clone(), ChannelKind::Session),
+        );
+        self.by_uri.insert(
+            handle.chat_uri().to_owned(),
+            (id.clone(), ChannelKind::Chat),
+        );
+        self.by_id.insert(id, handle);
+    }
+
+    fn remove(&mut self, id: &str, instance: Option<u64>) -> Option<SessionHandle> {
+        let current = self.by_id.get(id)?;
+        if instance.is_some_and(|i| i != current.instance()) {
+            return None;
+        }
+        let h = self.by_id.remove(id)?;
+        self.by_uri.remove(h.resource());
+        self.by_uri.remove(h.chat_uri());
+        Some(h)
+    }
 }
 
 /// The `claude` agent of one host.
 pub struct Agent {
     config: AgentConfig,
-    factory: Arc<dyn UpstreamFactory>,
+    models: Arc<dyn ModelAccess>,
     store: Option<Arc<dyn Store>>,
-    auth: tokio::sync::Mutex<Option<Auth>>,
-    sessions: Mutex<HashMap<String, Arc<ChatSession>>>,
+    // The one registry. Held only to look up, insert or remove a handle (never across an
+    // await): every session operation then goes to the session's own task.
+    registry: Arc<Mutex<Registry>>,
+    seq: Sequence,
+    notices: broadcast::Sender<SessionNotice>,
+    live_tasks: Arc<AtomicUsize>,
     shut_down: tokio::sync::OnceCell<()>,
 }
 
@@ -148,52 +205,49 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn millis(t: std::time::SystemTime) -> i64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The session id inside a `claude:/<id>` URI (a bare id is accepted too).
-pub fn session_id_of(resource: &str) -> &str {
-    resource
-        .strip_prefix(SESSION_SCHEME)
-        .and_then(|r| r.strip_prefix(':'))
-        .map_or(resource, |r| r.trim_start_matches('/'))
-}
-
-/// The URI of a session id.
-pub fn session_resource(id: &str) -> String {
-    format!("{SESSION_SCHEME}:/{id}")
-}
-
 impl Agent {
-    /// An agent with no credentials yet; `authenticate` starts its proxy.
+    /// An agent whose sessions' model calls go through `models`.
     pub fn new(
         config: AgentConfig,
-        factory: Arc<dyn UpstreamFactory>,
+        models: Arc<dyn ModelAccess>,
         store: Option<Arc<dyn Store>>,
     ) -> Agent {
+        let (notices, _) = broadcast::channel(1024);
         Agent {
             config,
-            factory,
+            models,
             store,
-            auth: tokio::sync::Mutex::new(None),
-            sessions: Mutex::new(HashMap::new()),
+            registry: Arc::new(Mutex::new(Registry::default())),
+            seq: Sequence::default(),
+            notices,
+            live_tasks: Arc::new(AtomicUsize::new(0)),
             shut_down: tokio::sync::OnceCell::new(),
         }
     }
 
+    /// The host-wide `serverSeq` counter (the AHP root channel numbers from it too).
+    pub fn sequence(&self) -> &Sequence {
+        &self.seq
+    }
+
+    /// Session-list changes (created, changed, removed).
+    pub fn notices(&self) -> broadcast::Receiver<SessionNotice> {
+        self.notices.subscribe()
+    }
+
+    /// How many session tasks are running.
+    pub fn running_sessions(&self) -> usize {
+        self.live_tasks.load(Ordering::SeqCst)
+    }
+
+    /// The model edge.
+    pub fn models_access(&self) -> &Arc<dyn ModelAccess> {
+        &self.models
+    }
+
     /// The resources a client must authenticate against.
     pub fn protected_resources(&self) -> Vec<ProtectedResourceMetadata> {
-        let meta = json!({
-            "resource": GITHUB_RESOURCE,
-            "resource_name": "GitHub Copilot",
-            "authorization_servers": ["https://github.com/login/oauth"],
-            "scopes_supported": ["read:user", "user:email"],
-            "bearer_methods_supported": ["header"],
-            "required": true,
-        });
-        serde_json::from_value(meta).into_iter().collect()
+        models::protected_resources()
     }
 
     /// The agent's descriptor with its current models (none before authentication).
@@ -210,431 +264,447 @@ impl Agent {
         }
     }
 
-    /// Accepts a GitHub token for `resource`. Returns `false` for a resource the agent does
-    /// not use. The same token again is a no-op; a new one is checked against the upstream
-    /// first (fetching the model catalog) and only then replaces the old one, so a failure
-    /// leaves everything as it was. Running sessions keep their proxy address and secret.
+    /// Accepts a GitHub token for `resource` (see [`ModelAccess::authenticate`]).
     pub async fn authenticate(&self, resource: &str, token: &str) -> Result<bool, AgentError> {
-        if resource.trim_end_matches('/') != GITHUB_RESOURCE {
-            return Ok(false);
-        }
         if self.shut_down.initialized() {
             return Err(AgentError::ShutDown);
         }
-        let mut auth = self.auth.lock().await;
-        if auth.as_ref().is_some_and(|a| a.token == token) {
-            return Ok(true);
-        }
-        let upstream = self.factory.for_github_token(token);
-        upstream.catalog().await?;
-        self.install(&mut auth, upstream, token).await?;
-        tracing::info!("GitHub token accepted; the model proxy is ready");
-        Ok(true)
+        self.models.authenticate(resource, token).await
     }
 
-    /// Uses `upstream` for model calls without a GitHub sign-in (a replay file, the
-    /// Anthropic API, or a Copilot client built from stored credentials).
-    pub async fn use_upstream(&self, upstream: Arc<dyn Upstream>) -> Result<(), AgentError> {
-        if self.shut_down.initialized() {
-            return Err(AgentError::ShutDown);
-        }
-        let mut auth = self.auth.lock().await;
-        self.install(&mut auth, upstream, "").await
-    }
-
-    async fn install(
-        &self,
-        auth: &mut Option<Auth>,
-        upstream: Arc<dyn Upstream>,
-        token: &str,
-    ) -> Result<(), AgentError> {
-        match auth.as_mut() {
-            Some(a) => {
-                a.proxy.set_upstream(upstream.clone());
-                a.upstream = upstream;
-                a.token = token.to_owned();
-            }
-            None => {
-                let proxy = claude_host_proxy::start(self.config.proxy.clone(), upstream.clone())
-                    .await
-                    .map_err(|e| AgentError::Proxy(e.to_string()))?;
-                *auth = Some(Auth {
-                    token: token.to_owned(),
-                    proxy,
-                    upstream,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether a token has been accepted.
-    pub async fn is_authenticated(&self) -> bool {
-        self.auth.lock().await.is_some()
-    }
-
-    fn auth_required(&self) -> AgentError {
-        AgentError::AuthRequired {
-            resources: self.protected_resources(),
-        }
-    }
-
-    async fn catalog(&self) -> Result<Vec<CatalogModel>, AgentError> {
-        let upstream = match self.auth.lock().await.as_ref() {
-            Some(a) => a.upstream.clone(),
-            None => return Err(self.auth_required()),
-        };
-        Ok(upstream.catalog().await?.models)
+    /// Whether an upstream is in place.
+    pub fn is_authenticated(&self) -> bool {
+        self.models.is_authenticated()
     }
 
     /// The Claude models on offer, the default first, each with its effort levels.
     pub async fn models(&self) -> Result<Vec<SessionModelInfo>, AgentError> {
-        Ok(self.catalog().await?.iter().map(model_info).collect())
+        Ok(self
+            .models
+            .catalog()
+            .await?
+            .iter()
+            .map(model_info)
+            .collect())
     }
 
-    /// The proxy's base URL and a token for a client labelled `session_id` (for a user's own
-    /// `claude` pointed at this host).
-    pub async fn proxy_endpoint(&self, session_id: &str) -> Result<(String, String), AgentError> {
-        match self.auth.lock().await.as_ref() {
-            Some(a) => Ok((a.proxy.base_url(), a.proxy.auth_token(session_id))),
-            None => Err(self.auth_required()),
+    /// The session configuration schema clients render (models, effort, permission modes).
+    pub async fn config_schema(&self) -> Result<ahp_types::state::SessionConfigSchema, AgentError> {
+        let models = self.models().await?;
+        Ok(crate::config::schema(
+            &models,
+            self.config.allow_bypass_permissions,
+        ))
+    }
+
+    async fn checked_model(
+        &self,
+        models: &[SessionModelInfo],
+        model: Option<String>,
+    ) -> Result<Option<String>, AgentError> {
+        let Some(model) = model else {
+            return Ok(None);
+        };
+        let catalog = self.models.catalog().await?;
+        match models::find(&catalog, &model) {
+            Some(m) => Ok(Some(m.upstream_id.clone())),
+            None => Err(AgentError::UnknownModel {
+                model,
+                available: models
+                    .iter()
+                    .map(|m| m.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
         }
     }
 
-    async fn session_options(
+    fn options(
         &self,
         id: &str,
-        cwd: &Path,
-        settings: &NewSession,
+        cwd: PathBuf,
+        extra_dirs: &[PathBuf],
     ) -> Result<SessionOptions, AgentError> {
-        let (base_url, token) = self.proxy_endpoint(id).await?;
-        let mut opts =
-            SessionOptions::new(self.config.cli.clone(), cwd.to_path_buf(), base_url, token);
+        let endpoint = self.models.endpoint(id)?;
+        let mut opts = SessionOptions::new(
+            self.config.cli.clone(),
+            cwd,
+            endpoint.base_url,
+            endpoint.token,
+        );
         opts.config_dir = self.config.config_dir.clone();
         opts.extra_env = self.config.extra_env.clone();
         opts.include_partial_messages = true;
-        opts.model = settings.model.clone();
-        opts.effort = settings.effort.clone();
-        opts.permission_mode = settings.permission_mode.clone();
-        if opts.permission_mode.as_deref() == Some("bypassPermissions") {
-            if !self.config.allow_bypass_permissions {
-                return Err(ChatSessionError::Start(
-                    "bypassPermissions is not allowed on this host".into(),
-                )
-                .into());
-            }
-            // The CLI refuses bypass as root without this exact value.
-            opts.extra_env.push(("IS_SANDBOX".into(), "1".into()));
-        }
+        opts.additional_directories = extra_dirs.to_vec();
         Ok(opts)
     }
 
-    async fn check_model(&self, model: Option<&str>) -> Result<(), AgentError> {
-        let Some(model) = model else {
-            return Ok(());
-        };
-        let catalog = self.catalog().await?;
-        if catalog
-            .iter()
-            .any(|m| m.upstream_id == model || m.sdk_id == model)
-        {
-            return Ok(());
+    fn check_mode(&self, mode: Option<&str>) -> Result<(), AgentError> {
+        if mode == Some("bypassPermissions") && !self.config.allow_bypass_permissions {
+            return Err(AgentError::Invalid(
+                "bypassPermissions is not allowed on this host".into(),
+            ));
         }
-        Err(AgentError::UnknownModel {
-            model: model.to_owned(),
-            available: catalog
-                .iter()
-                .map(|m| m.upstream_id.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+        Ok(())
+    }
+
+    fn on_exit(&self, id: &str) -> Box<dyn FnOnce(u64) + Send + Sync> {
+        let registry = Arc::downgrade(&self.registry);
+        let notices = self.notices.clone();
+        let id = id.to_owned();
+        Box::new(move |instance| {
+            let Some(registry) = registry.upgrade() else {
+                return;
+            };
+            if let Some(h) = lock(&registry).remove(&id, Some(instance)) {
+                let _ = notices.send(SessionNotice::Removed {
+                    session: h.resource().to_owned(),
+                });
+            }
         })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spec(
+        &self,
+        id: String,
+        uris: SessionUris,
+        opts: SessionOptions,
+        working_directories: Vec<PathBuf>,
+        models: Vec<SessionModelInfo>,
+        title: String,
+        turns: Vec<Turn>,
+        resumable: bool,
+        overlay: Overlay,
+        idle_eviction: Option<Duration>,
+    ) -> SessionSpec {
+        let created_at = match &overlay {
+            Overlay::Known(Some(r)) => r.created_at,
+            _ => now_millis(),
+        };
+        SessionSpec {
+            on_exit: self.on_exit(&id),
+            id,
+            uris,
+            opts,
+            working_directories,
+            models,
+            allow_bypass: self.config.allow_bypass_permissions,
+            title,
+            turns,
+            resumable,
+            created_at,
+            store: self.store.clone(),
+            overlay,
+            seq: self.seq.clone(),
+            replay_capacity: self.config.replay_buffer,
+            abort_grace: self.config.abort_grace,
+            idle_eviction,
+            notices: self.notices.clone(),
+            live_tasks: self.live_tasks.clone(),
+        }
     }
 
     /// Creates a session: provisional (no process, nothing written) unless `warm`.
-    pub async fn create_session(
-        &self,
-        settings: NewSession,
-    ) -> Result<(String, Arc<ChatSession>), AgentError> {
+    pub async fn create_session(&self, new: NewSession) -> Result<SessionHandle, AgentError> {
         if self.shut_down.initialized() {
             return Err(AgentError::ShutDown);
         }
-        self.check_model(settings.model.as_deref()).await?;
-        let id = match &settings.id {
+        if !self.models.is_authenticated() {
+            return Err(auth_required());
+        }
+        let id = match &new.id {
             Some(id) if uuid::Uuid::parse_str(id).is_ok() => id.clone(),
             Some(id) => {
-                return Err(
-                    ChatSessionError::Start(format!("session id {id:?} is not a UUID")).into(),
-                );
+                return Err(AgentError::Invalid(format!(
+                    "session id {id:?} is not a UUID"
+                )));
             }
             None => uuid::Uuid::new_v4().to_string(),
         };
-        if self.session(&id).is_some() {
-            return Err(ChatSessionError::Start(format!("session {id} already exists")).into());
+        let uris = new.uris.clone().unwrap_or_else(|| default_uris(&id));
+        {
+            let reg = lock(&self.registry);
+            if reg.by_id.contains_key(&id) {
+                return Err(AgentError::SessionExists(id));
+            }
+            if let Some(u) = [&uris.session, &uris.chat]
+                .into_iter()
+                .find(|u| reg.by_uri.contains_key(*u))
+            {
+                return Err(AgentError::SessionExists(u.clone()));
+            }
         }
-        let cwd = settings
-            .cwd
-            .clone()
-            .unwrap_or_else(|| self.config.default_cwd.clone());
-        let mut opts = self.session_options(&id, &cwd, &settings).await?;
-        // The Claude session id is the session's URI id, so the transcript is found by it.
-        opts.session_id = Some(id.clone());
-        let resource = session_resource(&id);
-        let mut session = ChatSession::new(&resource, opts)?;
-        if let Some(store) = &self.store {
-            session = session.with_store(store.clone());
+        self.check_mode(new.permission_mode.as_deref())?;
+        let models = self.models().await?;
+        let model = self.checked_model(&models, new.model.clone()).await?;
+        let dirs = if new.working_directories.is_empty() {
+            vec![self.config.default_cwd.clone()]
+        } else {
+            new.working_directories.clone()
+        };
+        let mut opts = self.options(&id, dirs[0].clone(), &dirs[1..])?;
+        opts.model = model;
+        opts.effort = new.effort.clone();
+        opts.permission_mode = new.permission_mode.clone().filter(|m| m != "default");
+        let spec = self.spec(
+            id.clone(),
+            uris,
+            opts,
+            dirs.clone(),
+            models,
+            String::new(),
+            Vec::new(),
+            false,
+            if self.store.is_some() {
+                Overlay::Known(None)
+            } else {
+                Overlay::Off
+            },
+            None,
+        );
+        let handle = {
+            let mut reg = lock(&self.registry);
+            if reg.by_id.contains_key(&id) {
+                return Err(AgentError::SessionExists(id));
+            }
+            let handle = session::spawn(spec);
+            reg.insert(handle.clone());
+            handle
+        };
+        let now = now_rfc3339();
+        let _ = self
+            .notices
+            .send(SessionNotice::Added(Box::new(SessionSummary {
+                provider: "claude".into(),
+                title: String::new(),
+                status: 1,
+                activity: None,
+                origin: None,
+                project: None,
+                working_directories: Some(dirs.iter().map(|d| file_uri(d)).collect()),
+                annotations: None,
+                resource: handle.resource().to_owned(),
+                created_at: now.clone(),
+                modified_at: now,
+                changes: None,
+                meta: None,
+                chats: None,
+                default_chat: Some(handle.chat_uri().to_owned()),
+            })));
+        if new.warm
+            && let Err(e) = handle.warm().await
+        {
+            tracing::warn!(session = %id, error = %e, "could not warm the session's CLI");
         }
-        let session = Arc::new(session);
-        if settings.warm {
-            session.warm().await?;
-        }
-        lock(&self.sessions).insert(resource.clone(), session.clone());
-        Ok((resource, session))
+        Ok(handle)
     }
 
-    /// A live session of this host.
-    pub fn session(&self, resource: &str) -> Option<Arc<ChatSession>> {
-        lock(&self.sessions)
-            .get(&session_resource(session_id_of(resource)))
-            .cloned()
+    /// A live session by id.
+    pub fn session(&self, id: &str) -> Option<SessionHandle> {
+        lock(&self.registry).by_id.get(id).cloned()
+    }
+
+    /// Every live session.
+    pub fn live_sessions(&self) -> Vec<SessionHandle> {
+        lock(&self.registry).by_id.values().cloned().collect()
+    }
+
+    /// Which session and channel a URI names: a live session's URI, or one of this host's
+    /// URI forms (for sessions that can be restored).
+    pub fn resolve(&self, uri: &str) -> Option<(String, ChannelKind)> {
+        if let Some(found) = lock(&self.registry).by_uri.get(uri) {
+            return Some(found.clone());
+        }
+        session_id_of(uri).map(|(id, kind)| (id.to_owned(), kind))
     }
 
     fn config_dir(&self) -> Option<PathBuf> {
-        self.config.config_dir.clone().or_else(|| {
-            self.config
-                .extra_env
-                .iter()
-                .rev()
-                .find(|(k, _)| k == "HOME")
-                .map(|(_, v)| PathBuf::from(v))
-                .or_else(std::env::home_dir)
-                .map(|h| h.join(".claude"))
-        })
+        claude_host_sdk::transcripts::config_dir(
+            self.config.config_dir.as_deref(),
+            &self.config.extra_env,
+        )
     }
 
-    /// A session by URI or id: the live one, or one restored from its transcript (a session
-    /// of this host or of the user's own `claude`), with the host's overlay applied.
-    pub async fn open_session(&self, resource: &str) -> Result<Arc<ChatSession>, AgentError> {
-        if let Some(s) = self.session(resource) {
+    /// A session by id: the live one, or one restored from its transcript (a session of
+    /// this host or of the user's own `claude`), with the host's overlay applied. A restored
+    /// session closes itself after a while with nobody using it.
+    pub async fn open_session(&self, id: &str) -> Result<SessionHandle, AgentError> {
+        if let Some(s) = self.session(id) {
             return Ok(s);
         }
-        let id = session_id_of(resource).to_owned();
+        if self.shut_down.initialized() {
+            return Err(AgentError::ShutDown);
+        }
+        if uuid::Uuid::parse_str(id).is_err() {
+            return Err(AgentError::UnknownSession(id.to_owned()));
+        }
         let config = self
             .config_dir()
-            .ok_or_else(|| AgentError::UnknownSession(id.clone()))?;
-        let record = match &self.store {
-            Some(store) => store.get(&id).await.ok().flatten(),
-            None => None,
+            .ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?;
+        let overlay = match &self.store {
+            None => Overlay::Off,
+            Some(store) => match store.get(id).await {
+                Ok(r) => Overlay::Known(r),
+                Err(e) => {
+                    tracing::warn!(session = %id, error = %e, "cannot read the session overlay; it will not be written");
+                    Overlay::Unknown
+                }
+            },
         };
+        let record: Option<SessionRecord> = match &overlay {
+            Overlay::Known(r) => r.clone(),
+            _ => None,
+        };
+        let read_id = id.to_owned();
+        let transcript = tokio::task::spawn_blocking(move || {
+            claude_host_sdk::transcripts::read_session(&config, &read_id)
+        })
+        .await
+        .map_err(|e| AgentError::Unsupported(format!("reading the transcript failed: {e}")))?
+        .map_err(|_| AgentError::UnknownSession(id.to_owned()))?;
+        let turns = crate::restore::turns_from_transcript(&transcript);
+        let title = record
+            .as_ref()
+            .and_then(|r| r.title.clone())
+            .filter(|t| !t.is_empty())
+            .or_else(|| crate::restore::title(&transcript))
+            .unwrap_or_default();
         let cwd = match &record {
-            Some(r) => PathBuf::from(&r.cwd),
-            None => transcript_cwd(&config, &id)
-                .ok_or_else(|| AgentError::UnknownSession(id.clone()))?,
+            Some(r) if !r.cwd.is_empty() => PathBuf::from(&r.cwd),
+            _ => crate::restore::cwd(&transcript)
+                .ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?,
         };
-        let settings = NewSession {
-            id: None,
-            cwd: Some(cwd.clone()),
-            model: record.as_ref().and_then(|r| r.model.clone()),
-            effort: record.as_ref().and_then(|r| r.effort.clone()),
-            permission_mode: record.as_ref().and_then(|r| r.permission_mode.clone()),
-            warm: false,
-        };
-        let opts = self.session_options(&id, &cwd, &settings).await?;
-        let resource = session_resource(&id);
-        let mut session = ChatSession::restore(&resource, opts, &config, &id)?;
-        if let Some(store) = &self.store {
-            session = session.with_store(store.clone());
-        }
-        let session = Arc::new(session);
-        let mut sessions = lock(&self.sessions);
+        let models = self.models().await?;
+        let mut opts = self.options(id, cwd.clone(), &[])?;
+        opts.model = record.as_ref().and_then(|r| r.model.clone());
+        opts.effort = record.as_ref().and_then(|r| r.effort.clone());
+        opts.permission_mode = record
+            .as_ref()
+            .and_then(|r| r.permission_mode.clone())
+            .filter(|m| m != "bypassPermissions" || self.config.allow_bypass_permissions);
+        let spec = self.spec(
+            id.to_owned(),
+            default_uris(id),
+            opts,
+            vec![cwd],
+            models,
+            title,
+            turns,
+            true,
+            overlay,
+            Some(self.config.idle_eviction),
+        );
+        let mut reg = lock(&self.registry);
         // A concurrent open may have won; keep one.
-        let kept = sessions
-            .entry(resource)
-            .or_insert_with(|| session.clone())
-            .clone();
-        Ok(kept)
+        if let Some(existing) = reg.by_id.get(id) {
+            return Ok(existing.clone());
+        }
+        let handle = session::spawn(spec);
+        reg.insert(handle.clone());
+        Ok(handle)
     }
 
     /// Forks a session at `keep_turns` turns into a new live session.
     pub async fn fork_session(
         &self,
-        resource: &str,
+        id: &str,
         keep_turns: usize,
-    ) -> Result<(String, Arc<ChatSession>), AgentError> {
-        let source = self.open_session(resource).await?;
-        let mut fork = source.fork_with(keep_turns, session_resource)?;
-        let id = fork
-            .session_id()
-            .ok_or_else(|| AgentError::UnknownSession("fork".into()))?;
-        if let Some(store) = &self.store {
-            fork = fork.with_store(store.clone());
+    ) -> Result<SessionHandle, AgentError> {
+        let source = self.open_session(id).await?;
+        let forked = source.fork(keep_turns).await?;
+        let fork = self.open_session(&forked.id).await?;
+        let mut values = ahp_types::common::JsonObject::new();
+        for (k, v) in [
+            (crate::config::MODEL, forked.model),
+            (crate::config::EFFORT, forked.effort),
+            (crate::config::PERMISSION_MODE, forked.permission_mode),
+        ] {
+            if let Some(v) = v {
+                values.insert(k.into(), serde_json::Value::String(v));
+            }
         }
-        let fork = Arc::new(fork);
-        let resource = session_resource(&id);
-        lock(&self.sessions).insert(resource.clone(), fork.clone());
-        Ok((resource, fork))
+        if !values.is_empty() {
+            fork.configure(values).await?;
+        }
+        Ok(fork)
     }
 
     /// Every session: live ones of this host, the host's overlay, and the transcripts on
     /// disk (including sessions of the user's own `claude`), newest first.
     pub async fn list_sessions(&self) -> Vec<SessionListing> {
-        let mut by_id: HashMap<String, SessionListing> = HashMap::new();
-        if let Some(config) = self.config_dir() {
-            match claude_host_sdk::transcripts::list_sessions(&config, None) {
-                Ok(found) => {
-                    for s in found {
-                        by_id.insert(
-                            s.session_id.clone(),
-                            SessionListing {
-                                resource: session_resource(&s.session_id),
-                                title: if s.summary.is_empty() {
-                                    s.first_prompt.clone().unwrap_or_default()
-                                } else {
-                                    s.summary.clone()
-                                },
-                                cwd: s.cwd.clone(),
-                                modified_at: millis(s.modified),
-                                model: None,
-                                archived: false,
-                                from_host: false,
-                                id: s.session_id,
-                            },
-                        );
-                    }
+        let transcripts = match self.config_dir() {
+            Some(config) => {
+                let listed = tokio::task::spawn_blocking(move || {
+                    claude_host_sdk::transcripts::list_sessions(&config, None)
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
+                listed.unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "cannot list the CLI's sessions");
+                    Vec::new()
+                })
+            }
+            None => Vec::new(),
+        };
+        let records = match &self.store {
+            Some(store) => store.list(true).await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot read the session overlay");
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
+        // A provisional session (nothing sent yet, no transcript) is not listed.
+        let live: Vec<crate::listing::Live> = self
+            .live_sessions()
+            .iter()
+            .filter(|h| h.session_id().is_some())
+            .map(|h| {
+                let s = h.status();
+                crate::listing::Live {
+                    id: h.id().to_owned(),
+                    resource: h.resource().to_owned(),
+                    title: s.title,
+                    cwd: h.cwd().display().to_string(),
+                    model: s.model,
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot list the CLI's sessions"),
-            }
-        }
-        if let Some(store) = &self.store {
-            match store.list(true).await {
-                Ok(records) => {
-                    for r in records {
-                        overlay(&mut by_id, r);
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read the session overlay"),
-            }
-        }
-        let live: Vec<Arc<ChatSession>> = lock(&self.sessions).values().cloned().collect();
-        for s in live {
-            let Some(id) = s.session_id() else { continue };
-            let entry = by_id.entry(id.clone()).or_insert_with(|| SessionListing {
-                resource: session_resource(&id),
-                title: String::new(),
-                cwd: Some(s.cwd().display().to_string()),
-                modified_at: 0,
-                model: None,
-                archived: false,
-                from_host: true,
-                id,
-            });
-            entry.from_host = true;
-            if entry.title.is_empty() {
-                entry.title = s.state().title;
-            }
-        }
-        let mut list: Vec<SessionListing> = by_id.into_values().collect();
-        list.sort_by_key(|l| std::cmp::Reverse(l.modified_at));
-        list
+            })
+            .collect();
+        merge(transcripts, records, live)
     }
 
     /// Closes a live session (its CLI stops; the transcript stays).
-    pub async fn dispose_session(&self, resource: &str) -> Result<(), AgentError> {
-        let key = session_resource(session_id_of(resource));
-        let session = lock(&self.sessions)
-            .remove(&key)
-            .ok_or_else(|| AgentError::UnknownSession(resource.to_owned()))?;
-        session.close().await;
+    pub async fn dispose_session(&self, id: &str) -> Result<(), AgentError> {
+        let handle = lock(&self.registry)
+            .remove(id, None)
+            .ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?;
+        handle.close().await;
+        let _ = self.notices.send(SessionNotice::Removed {
+            session: handle.resource().to_owned(),
+        });
         Ok(())
     }
 
-    /// Stops every session (no child is left behind), then the proxy. Later calls return
+    /// Stops every session (no child is left behind), then the model edge. Later calls return
     /// at once.
     pub async fn shutdown(&self) {
         self.shut_down
             .get_or_init(|| async {
-                let sessions: Vec<Arc<ChatSession>> =
-                    lock(&self.sessions).drain().map(|(_, s)| s).collect();
+                let sessions: Vec<SessionHandle> = {
+                    let mut reg = lock(&self.registry);
+                    reg.by_uri.clear();
+                    reg.by_id.drain().map(|(_, s)| s).collect()
+                };
                 let mut closing = tokio::task::JoinSet::new();
                 for s in sessions {
                     closing.spawn(async move { s.close().await });
                 }
                 while closing.join_next().await.is_some() {}
                 // Children die before the proxy they talk to.
-                if let Some(a) = self.auth.lock().await.take() {
-                    a.proxy.shutdown().await;
-                }
+                self.models.shutdown().await;
             })
             .await;
     }
-}
-
-/// The host's overlay on a listed session.
-fn overlay(by_id: &mut HashMap<String, SessionListing>, r: SessionRecord) {
-    let entry = by_id.entry(r.id.clone()).or_insert_with(|| SessionListing {
-        id: r.id.clone(),
-        resource: session_resource(&r.id),
-        title: String::new(),
-        cwd: None,
-        modified_at: 0,
-        model: None,
-        archived: false,
-        from_host: true,
-    });
-    if let Some(t) = r.title.filter(|t| !t.is_empty()) {
-        entry.title = t;
-    }
-    entry.cwd = Some(r.cwd);
-    entry.model = r.model;
-    entry.archived = r.archived;
-    entry.from_host = true;
-    entry.modified_at = entry.modified_at.max(r.updated_at);
-}
-
-/// The working directory a transcript was recorded in.
-fn transcript_cwd(config: &Path, id: &str) -> Option<PathBuf> {
-    let t = claude_host_sdk::transcripts::read_session(config, id).ok()?;
-    t.entries
-        .iter()
-        .find_map(|e| e.get("cwd").and_then(serde_json::Value::as_str))
-        .map(PathBuf::from)
-}
-
-/// A catalog model as an AHP model, with its effort levels as a config property.
-fn model_info(m: &CatalogModel) -> SessionModelInfo {
-    let mut info = json!({
-        "id": m.upstream_id, "provider": "claude", "name": m.display_name,
-        "_meta": {"sdkId": m.sdk_id, "isDefault": m.is_default},
-    });
-    if let Some(t) = m.max_prompt_tokens {
-        info["maxPromptTokens"] = json!(t);
-        info["maxContextWindow"] = json!(t);
-    }
-    if let Some(t) = m.max_output_tokens {
-        info["maxOutputTokens"] = json!(t);
-    }
-    if !m.effort_levels.is_empty() {
-        let default = if m.effort_levels.iter().any(|l| l == "medium") {
-            "medium".to_owned()
-        } else {
-            m.effort_levels[0].clone()
-        };
-        info["configSchema"] = json!({"type": "object", "properties": {"effort": {
-            "type": "string", "title": "Thinking effort", "enum": m.effort_levels,
-            "default": default}}});
-    }
-    serde_json::from_value(info.clone()).unwrap_or_else(|e| {
-        tracing::error!(error = %e, model = %info, "cannot describe a model");
-        SessionModelInfo {
-            id: m.upstream_id.clone(),
-            provider: "claude".into(),
-            name: m.display_name.clone(),
-            max_context_window: None,
-            max_output_tokens: None,
-            max_prompt_tokens: None,
-            supports_vision: None,
-            policy_state: None,
-            config_schema: None,
-            meta: None,
-        }
-    })
 }

@@ -1,17 +1,38 @@
 //! Claude sessions as AHP state.
 //!
-//! Claude Code's stream-json frames are turned into AHP `chat/*` actions ([`mapper`]), which
-//! advance the session's state only through the official `ahp` reducers, so what the host
-//! holds and what every client reduces are the same by construction. [`ChatSession`] owns one
-//! long-lived CLI per session, created lazily on the first send.
+//! One task owns each session ([`session`]): it drives the Claude Code CLI, turns its
+//! stream-json frames into AHP actions ([`mapper`]), reduces them with the official `ahp`
+//! reducers and publishes them, numbered, to every subscriber ([`outbox`]). What the host holds
+//! and what every client reduces are the same by construction. [`Agent`] is the registry of a
+//! host's sessions and its edge to the models ([`models`]).
 
+pub mod actions;
 mod agent;
+pub mod config;
+pub mod listing;
 pub mod mapper;
+pub mod models;
+pub mod outbox;
+pub mod questions;
 pub mod restore;
 mod session;
 
 pub use agent::{
-    Agent, AgentConfig, AgentError, GITHUB_RESOURCE, NewSession, SessionListing, UpstreamFactory,
-    session_id_of, session_resource,
+    Agent, AgentConfig, AgentError, CHAT_PREFIX, NewSession, SESSION_PREFIX, default_uris,
+    session_id_of,
 };
-pub use session::{ChatSession, ChatSessionError, Confirmation, InputReply};
+pub use listing::SessionListing;
+pub use models::{GITHUB_RESOURCE, ModelAccess, ProxyEndpoint, ProxyModels, UpstreamFactory};
+pub use outbox::{Published, Sequence};
+pub use session::{
+    ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionEvent,
+    SessionHandle, SessionNotice, SessionSnapshot, SessionStatus, SessionSubscription, SessionUris,
+};
+
+/// Spawns a session that no [`Agent`] owns (tests, benchmarks, embedders that manage their
+/// own registry). It closes when its last handle is dropped.
+pub fn standalone_session(spec: StandaloneSession) -> SessionHandle {
+    session::spawn_standalone(spec)
+}
+
+pub use session::StandaloneSession;

@@ -1,123 +1,214 @@
 //! Turns rebuilt from a transcript on disk, for sessions the host did not run itself (or ran
 //! before a restart), including ones created by the user's own `claude`.
 
+use crate::actions;
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::{
+    MarkdownResponsePart, MessageKind, ReasoningResponsePart, ResponsePart, ToolCallCompletedState,
+    ToolCallConfirmationReason, ToolCallResponsePart, ToolCallState, ToolInput, ToolResultContent,
+    ToolResultTextContent, Turn, TurnState,
+};
+use claude_host_protocol::frames::{Block, UserContent};
 use claude_host_sdk::transcripts::Transcript;
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
 
-/// The completed turns of a transcript's main chain, as AHP `Turn` JSON, oldest first.
-/// A turn starts at each human prompt; assistant text, thinking and tool calls, and the tool
-/// results that answer them, make its response parts.
-pub fn turns_from_transcript(t: &Transcript) -> Vec<Value> {
-    let mut turns: Vec<Value> = Vec::new();
-    let mut tools: Map<String, Value> = Map::new();
+#[derive(Deserialize)]
+struct Content {
+    content: UserContent,
+}
+
+fn content(entry: &Map<String, Value>) -> Option<UserContent> {
+    Content::deserialize(entry.get("message")?)
+        .ok()
+        .map(|c| c.content)
+}
+
+/// The completed turns of a transcript's main chain, oldest first. A turn starts at each
+/// human prompt; assistant text, thinking and tool calls, and the tool results that answer
+/// them, make its response parts.
+pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
+    let mut turns: Vec<Turn> = Vec::new();
+    // Tool call id → (turn index, part index), filled in when its result is seen.
+    let mut calls: HashMap<String, (usize, usize)> = HashMap::new();
     for e in t.main_chain() {
         let ty = e.get("type").and_then(Value::as_str).unwrap_or("");
-        let content = e.get("message").and_then(|m| m.get("content"));
         let uuid = e.get("uuid").and_then(Value::as_str).unwrap_or("");
-        match (ty, content) {
-            ("user", Some(c)) if is_prompt(e, c) => {
-                turns.push(json!({"id": format!("restored-{uuid}"), "startedAt": e.get("timestamp"),
-                    "message": {"text": prompt_text(c), "origin": {"kind": "user"}}, "responseParts": [], "state": "complete"}));
-            }
-            ("user", Some(Value::Array(blocks))) => {
-                for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
-                    let id = b["tool_use_id"].as_str().unwrap_or("");
-                    if let Some(call) = tools.get_mut(id) {
-                        let text = match &b["content"] {
-                            Value::String(s) => s.clone(),
-                            Value::Array(p) => p
-                                .iter()
-                                .filter_map(|x| x["text"].as_str())
-                                .collect::<Vec<_>>()
-                                .join("\n"),
-                            _ => String::new(),
-                        };
-                        let ok = !b["is_error"].as_bool().unwrap_or(false);
-                        call["success"] = json!(ok);
-                        call["content"] = json!([{"type": "text", "text": text}]);
+        let Some(c) = content(e) else { continue };
+        match ty {
+            "user" if is_prompt(e, &c) => turns.push(Turn {
+                id: format!("restored-{uuid}"),
+                started_at: e
+                    .get("timestamp")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                duration: None,
+                message: actions::message(&prompt_text(&c), MessageKind::User),
+                response_parts: Vec::new(),
+                usage: None,
+                state: TurnState::Complete,
+            }),
+            "user" => {
+                let UserContent::Blocks(blocks) = &c else {
+                    continue;
+                };
+                for b in blocks {
+                    let Block::ToolResult {
+                        tool_use_id,
+                        is_error,
+                        ..
+                    } = b
+                    else {
+                        continue;
+                    };
+                    let Some(&(ti, pi)) = calls.get(tool_use_id) else {
+                        continue;
+                    };
+                    if let Some(ResponsePart::ToolCall(part)) =
+                        turns.get_mut(ti).and_then(|t| t.response_parts.get_mut(pi))
+                        && let ToolCallState::Completed(call) = &mut part.tool_call
+                    {
+                        call.success = !is_error.unwrap_or(false);
+                        call.content = Some(vec![ToolResultContent::Text(ToolResultTextContent {
+                            text: b.result_text().unwrap_or_default(),
+                        })]);
                     }
                 }
             }
-            ("assistant", Some(Value::Array(blocks))) => {
+            "assistant" => {
+                let ti = turns.len().saturating_sub(1);
                 let Some(turn) = turns.last_mut() else {
                     continue;
                 };
-                for (i, b) in blocks.iter().enumerate() {
-                    let id = format!("{}#{}#{i}", turn["id"].as_str().unwrap_or(""), uuid);
-                    let part = match b["type"].as_str() {
-                        Some("text") => json!({"kind": "markdown", "id": id, "content": b["text"]}),
-                        Some("thinking") => {
-                            json!({"kind": "reasoning", "id": id, "content": b["thinking"]})
+                let UserContent::Blocks(blocks) = c else {
+                    continue;
+                };
+                for (i, b) in blocks.into_iter().enumerate() {
+                    let id = format!("{}#{uuid}#{i}", turn.id);
+                    let part = match b {
+                        Block::Text { text, .. } => {
+                            ResponsePart::Markdown(MarkdownResponsePart { id, content: text })
                         }
-                        Some("tool_use") => {
-                            let call_id = b["id"].as_str().unwrap_or("").to_owned();
-                            let name = b["name"].as_str().unwrap_or("tool");
-                            let call = json!({"status": "completed", "toolCallId": call_id, "toolName": name, "displayName": name,
-                                "invocationMessage": name, "toolInput": b["input"].to_string(), "success": true,
-                                "pastTenseMessage": format!("Ran {name}"), "confirmed": "not-needed"});
-                            tools.insert(call_id.clone(), call);
-                            json!({"kind": "toolCall", "toolCall": {"toolCallId": call_id}})
+                        Block::Thinking { thinking, .. } => {
+                            ResponsePart::Reasoning(ReasoningResponsePart {
+                                id,
+                                content: thinking,
+                            })
+                        }
+                        Block::ToolUse {
+                            id: call_id,
+                            name,
+                            input,
+                            ..
+                        } => {
+                            calls.insert(call_id.clone(), (ti, turn.response_parts.len()));
+                            completed_call(call_id, &name, &input)
                         }
                         _ => continue,
                     };
-                    if let Some(parts) = turn["responseParts"].as_array_mut() {
-                        parts.push(part);
-                    }
+                    turn.response_parts.push(part);
                 }
             }
             _ => {}
         }
     }
-    // Tool calls were placeholders until their results were seen; fill them in.
-    for turn in &mut turns {
-        if let Some(parts) = turn["responseParts"].as_array_mut() {
-            for p in parts.iter_mut().filter(|p| p["kind"] == "toolCall") {
-                let id = p["toolCall"]["toolCallId"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_owned();
-                if let Some(call) = tools.get(&id) {
-                    p["toolCall"] = call.clone();
-                }
-            }
-        }
-    }
     turns
+}
+
+fn completed_call(id: String, name: &str, input: &Value) -> ResponsePart {
+    ResponsePart::ToolCall(Box::new(ToolCallResponsePart {
+        tool_call: ToolCallState::Completed(ToolCallCompletedState {
+            tool_call_id: id,
+            tool_name: name.to_owned(),
+            display_name: actions::display_name(name),
+            intention: None,
+            contributor: None,
+            meta: None,
+            invocation_message: StringOrMarkdown::Plain(actions::invocation(name, input)),
+            tool_input: Some(ToolInput::Inline(input.to_string())),
+            success: true,
+            past_tense_message: StringOrMarkdown::Plain(format!(
+                "Ran {}",
+                actions::display_name(name)
+            )),
+            content: None,
+            structured_content: None,
+            error: None,
+            confirmed: ToolCallConfirmationReason::NotNeeded,
+            selected_option: None,
+        }),
+    }))
 }
 
 /// Whether a transcript entry is a human prompt (which starts a turn).
 pub(crate) fn is_prompt_entry(e: &Map<String, Value>) -> bool {
     e.get("type").and_then(Value::as_str) == Some("user")
-        && e.get("message")
-            .and_then(|m| m.get("content"))
-            .is_some_and(|c| is_prompt(e, c))
+        && content(e).is_some_and(|c| is_prompt(e, &c))
 }
 
-fn is_prompt(e: &Map<String, Value>, content: &Value) -> bool {
+fn is_prompt(e: &Map<String, Value>, content: &UserContent) -> bool {
     if e.get("isMeta") == Some(&Value::Bool(true))
         || e.get("isSidechain") == Some(&Value::Bool(true))
     {
         return false;
     }
     match content {
-        Value::String(s) => !s.starts_with('<'),
-        Value::Array(blocks) => {
-            !blocks.iter().any(|b| b["type"] == "tool_result") && !prompt_text(content).is_empty()
+        UserContent::Text(s) => !s.starts_with('<'),
+        UserContent::Blocks(blocks) => {
+            !blocks.iter().any(|b| matches!(b, Block::ToolResult { .. }))
+                && !prompt_text(content).is_empty()
         }
-        _ => false,
     }
 }
 
-fn prompt_text(content: &Value) -> String {
+fn prompt_text(content: &UserContent) -> String {
     match content {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
+        UserContent::Text(s) => s.clone(),
+        UserContent::Blocks(blocks) => blocks
             .iter()
-            .filter(|b| b["type"] == "text")
-            .filter_map(|b| b["text"].as_str())
-            .filter(|t| !t.starts_with("<system-reminder>"))
+            .filter_map(|b| match b {
+                Block::Text { text, .. } if !text.starts_with("<system-reminder>") => {
+                    Some(text.as_str())
+                }
+                _ => None,
+            })
             .collect::<Vec<_>>()
             .join("\n"),
-        _ => String::new(),
     }
+}
+
+/// A transcript's title: the user's custom title, else the CLI's AI title, else the first
+/// human prompt.
+pub fn title(t: &Transcript) -> Option<String> {
+    let titled = |ty: &str, key: &str| {
+        t.entries
+            .iter()
+            .rev()
+            .filter(|e| e.get("type").and_then(Value::as_str) == Some(ty))
+            .find_map(|e| {
+                e.get(key)
+                    .or_else(|| e.get("title"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+    };
+    titled("custom-title", "customTitle")
+        .or_else(|| titled("ai-title", "aiTitle"))
+        .or_else(|| {
+            t.main_chain()
+                .into_iter()
+                .filter(|e| is_prompt_entry(e))
+                .find_map(|e| content(e).map(|c| prompt_text(&c)))
+                .map(|p| p.lines().next().unwrap_or("").chars().take(80).collect())
+        })
+        .filter(|s: &String| !s.is_empty())
+}
+
+/// The working directory a transcript was recorded in.
+pub fn cwd(t: &Transcript) -> Option<std::path::PathBuf> {
+    t.entries
+        .iter()
+        .find_map(|e| e.get("cwd").and_then(Value::as_str))
+        .map(std::path::PathBuf::from)
 }

@@ -29,12 +29,10 @@ use ahp_types::commands::{
     ResourceWriteMode, ResourceWriteParams, ResourceWriteResult,
 };
 use base64::Engine as _;
+use claude_host_protocol::uri::file_uri;
 use serde_json::Value;
-use std::ffi::OsString;
-use std::fmt::Write as _;
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
-use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -91,6 +89,7 @@ impl Roots {
     }
 
     /// The canonical roots.
+    #[cfg(test)]
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
     }
@@ -153,69 +152,18 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, RpcError> {
 
 /// The path a `file:` URI names: percent-decoded, absolute, normalized lexically.
 fn request_path(uri: &str) -> Result<PathBuf, RpcError> {
-    let rest = uri
-        .split_once(':')
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("file"))
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| {
-            RpcError::invalid_params(format!("only file: URIs are served, not {uri:?}"))
-        })?;
-    // Silently dropping a query or fragment would act on a different file than the one meant
-    // (an unencoded `#` in a file name).
-    if rest.contains(['?', '#']) {
-        return Err(RpcError::invalid_params(format!(
-            "{uri:?} has a query or fragment; percent-encode `?` and `#` in file names"
-        )));
-    }
-    let encoded = match rest.strip_prefix("//") {
-        Some(authority_and_path) => {
-            let at = authority_and_path
-                .find('/')
-                .unwrap_or(authority_and_path.len());
-            let (host, path) = authority_and_path.split_at(at);
-            if !host.is_empty() && !host.eq_ignore_ascii_case("localhost") {
-                return Err(RpcError::new(
-                    code::PERMISSION_DENIED,
-                    format!("{uri:?} names the host {host:?}; only files on this host are served"),
-                ));
-            }
-            path
-        }
-        None => rest,
-    };
-    let bytes = percent_decode(encoded)
-        .ok_or_else(|| RpcError::invalid_params(format!("{uri:?} has a malformed %-escape")))?;
-    if bytes.contains(&0) {
-        return Err(RpcError::invalid_params(format!(
-            "{uri:?} has a NUL byte in its path"
-        )));
-    }
-    let path = PathBuf::from(OsString::from_vec(bytes));
-    if !path.is_absolute() {
-        return Err(RpcError::new(
+    use claude_host_protocol::uri::FileUriError;
+    let path = claude_host_protocol::uri::file_path(uri).map_err(|e| match e {
+        FileUriError::RemoteHost { .. } => RpcError::new(code::PERMISSION_DENIED, e.to_string()),
+        FileUriError::Relative(p) => RpcError::new(
             code::PERMISSION_DENIED,
             format!(
-                "{} is a relative path; only absolute paths inside the session's working directories are served",
-                path.display()
+                "{p} is a relative path; only absolute paths inside the session's working directories are served"
             ),
-        ));
-    }
+        ),
+        other => RpcError::invalid_params(other.to_string()),
+    })?;
     Ok(normalize(&path))
-}
-
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hi = char::from(bytes.next()?).to_digit(16)?;
-            let lo = char::from(bytes.next()?).to_digit(16)?;
-            out.push(u8::try_from(hi * 16 + lo).ok()?);
-        } else {
-            out.push(b);
-        }
-    }
-    Some(out)
 }
 
 /// Drops `.` and applies `..` lexically (never above `/`): the kernel would apply a `..`
@@ -230,19 +178,6 @@ fn normalize(path: &Path) -> PathBuf {
                 out.pop();
             }
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
-
-/// A `file:` URI for a path, every byte outside the unreserved set percent-encoded.
-fn file_uri(path: &Path) -> String {
-    let mut out = String::from("file://");
-    for &b in path.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
         }
     }
     out
@@ -420,7 +355,7 @@ fn etag(meta: &Metadata) -> String {
 fn iso8601(time: io::Result<SystemTime>) -> Option<String> {
     let since = time.ok()?.duration_since(UNIX_EPOCH).ok()?;
     let ms = i64::try_from(since.as_millis()).ok()?;
-    Some(claude_host_agent::mapper::rfc3339_from_millis(ms))
+    Some(claude_host_protocol::time::rfc3339_from_millis(ms))
 }
 
 /// A MIME type from the extension, else (given the content) from its first bytes.

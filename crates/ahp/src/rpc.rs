@@ -20,8 +20,6 @@ pub mod code {
     pub const PROVIDER_NOT_FOUND: i64 = -32002;
     /// The session URI is taken.
     pub const SESSION_ALREADY_EXISTS: i64 = -32003;
-    /// A turn is already running.
-    pub const TURN_IN_PROGRESS: i64 = -32004;
     /// No common protocol version.
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32005;
     /// A credential is needed (`data.resources`).

@@ -2,16 +2,18 @@
 //! the upgrade request, bounded frames, bounded pending requests, and a bounded outbound
 //! queue per connection so a slow reader never stalls anyone else.
 
-use crate::channel::Published;
-use crate::host::{Host, ROOT};
+use crate::host::{Host, Live};
 use crate::resources;
+use crate::root::ROOT;
 use crate::rpc::{RpcError, code};
+use claude_host_agent::{Published, SessionEvent};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
@@ -32,6 +34,9 @@ pub struct ServeConfig {
     pub max_pending_requests: usize,
     /// Frames queued for a connection before it counts as too slow and is closed.
     pub outbound_queue: usize,
+    /// The kernel send buffer of each connection (`None`: the kernel tunes it). With both
+    /// bounds, what a client that stops reading can cost the server is bounded too.
+    pub socket_send_buffer: Option<u32>,
 }
 
 impl Default for ServeConfig {
@@ -42,6 +47,7 @@ impl Default for ServeConfig {
             max_message_bytes: 32 * 1024 * 1024,
             max_pending_requests: 64,
             outbound_queue: 4096,
+            socket_send_buffer: None,
         }
     }
 }
@@ -68,27 +74,65 @@ impl ServerHandle {
 
 /// Binds and starts serving.
 pub async fn start(config: ServeConfig, host: Arc<Host>) -> std::io::Result<ServerHandle> {
-    let listener = TcpListener::bind(config.listen).await?;
+    let socket = if config.listen.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    if let Some(size) = config.socket_send_buffer {
+        // Accepted connections inherit it.
+        socket.set_send_buffer_size(size)?;
+    }
+    socket.bind(config.listen)?;
+    let listener = socket.listen(1024)?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(accept_loop(listener, host, Arc::new(config), stopped));
     Ok(ServerHandle { addr, stop, task })
 }
 
+/// Where connections come from (a trait so the accept loop's failure handling is testable).
+trait Acceptor: Send + 'static {
+    fn accept(
+        &mut self,
+    ) -> impl std::future::Future<Output = std::io::Result<(TcpStream, SocketAddr)>> + Send;
+}
+
+impl Acceptor for TcpListener {
+    async fn accept(&mut self) -> std::io::Result<(TcpStream, SocketAddr)> {
+        TcpListener::accept(self).await
+    }
+}
+
+/// The pause after the first failed accept; it doubles up to [`MAX_ACCEPT_BACKOFF`].
+const FIRST_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
 async fn accept_loop(
-    listener: TcpListener,
+    mut listener: impl Acceptor,
     host: Arc<Host>,
     config: Arc<ServeConfig>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let mut backoff = FIRST_ACCEPT_BACKOFF;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    backoff = FIRST_ACCEPT_BACKOFF;
                     let _ = stream.set_nodelay(true);
                     tokio::spawn(connection(stream, peer, host.clone(), config.clone(), stopped.clone()));
                 }
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
+                Err(e) => {
+                    // Out of file descriptors, say: retrying at once would spin a core.
+                    tracing::warn!(error = %e, pause = ?backoff, "accept failed; pausing");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        _ = stopped.changed() => break,
+                    }
+                    backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
+                }
             },
             _ = stopped.changed() => break,
         }
@@ -118,9 +162,15 @@ fn refuse(status: u16, why: &str) -> ErrorResponse {
 /// One client connection.
 struct Conn {
     out: mpsc::Sender<Arc<str>>,
+    /// Dispatched actions, carried out one after another off the read loop (a session may
+    /// take a while to answer; the client's other requests must not wait for it).
+    dispatches: mpsc::UnboundedSender<Value>,
+    // Set once by `initialize`/`reconnect`, read by each dispatch: a plain cell beats a task.
     client_id: Mutex<Option<String>>,
     initialized: AtomicBool,
     closing: watch::Sender<bool>,
+    // Subscribe/unsubscribe handlers swap entries and the connection's end drains it; each
+    // holds it for one map operation, never across an await.
     forwarders: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     pending: Arc<Semaphore>,
     max_pending: usize,
@@ -157,23 +207,29 @@ impl Conn {
     }
 
     /// Forwards a channel's live actions to this connection.
-    fn forward(self: &Arc<Self>, uri: &str, mut live: broadcast::Receiver<Arc<Published>>) {
+    fn forward(self: &Arc<Self>, uri: &str, live: Live) {
         let conn = self.clone();
+        let channel = uri.to_owned();
         let task = tokio::spawn(async move {
-            loop {
-                match live.recv().await {
-                    Ok(p) => {
-                        if !conn.send(p.frame.clone()) {
+            match live {
+                Live::Root(rx) => forward_root(&conn, rx).await,
+                Live::Session(mut sub) => loop {
+                    match sub.recv().await {
+                        Some(SessionEvent::Action(p)) => {
+                            if p.channel() == channel && !conn.send(p.notification()) {
+                                break;
+                            }
+                        }
+                        Some(SessionEvent::Resync(_)) => {
+                            // The protocol has no way to push a snapshot: the client
+                            // reconnects and gets one.
+                            tracing::warn!(%channel, "a client fell too far behind a channel; closing its connection so it resynchronises");
+                            let _ = conn.closing.send(true);
                             break;
                         }
+                        None => break,
                     }
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        tracing::warn!("a client fell behind a channel; closing its connection");
-                        let _ = conn.closing.send(true);
-                        break;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                }
+                },
             }
         });
         if let Some(old) = lock(&self.forwarders).insert(uri.to_owned(), task.abort_handle()) {
@@ -181,15 +237,9 @@ impl Conn {
         }
     }
 
-    fn forward_root_notifications(self: &Arc<Self>, mut rx: broadcast::Receiver<Arc<str>>) {
+    fn forward_root_notifications(self: &Arc<Self>, rx: broadcast::Receiver<Arc<str>>) {
         let conn = self.clone();
-        let task = tokio::spawn(async move {
-            while let Ok(frame) = rx.recv().await {
-                if !conn.send(frame) {
-                    break;
-                }
-            }
-        });
+        let task = tokio::spawn(async move { forward_notifications(&conn, rx).await });
         if let Some(old) =
             lock(&self.forwarders).insert("#notifications".into(), task.abort_handle())
         {
@@ -207,6 +257,43 @@ impl Conn {
             t.abort();
         }
     }
+}
+
+/// Forwards a broadcast (the root channel's actions, root notifications) to a connection. A
+/// client that falls behind is closed so it reconnects and resynchronises: the root changes
+/// rarely, so only a stalled client lags, and notifications are never replayed.
+async fn forward_broadcast<T: Clone>(
+    conn: &Conn,
+    mut rx: broadcast::Receiver<T>,
+    what: &str,
+    frame: impl Fn(T) -> Arc<str>,
+) {
+    loop {
+        match rx.recv().await {
+            Ok(item) => {
+                if !conn.send(frame(item)) {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    missed = n,
+                    "a client fell behind the {what}; closing its connection so it resynchronises"
+                );
+                let _ = conn.closing.send(true);
+                return;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+async fn forward_root(conn: &Conn, rx: broadcast::Receiver<Arc<Published>>) {
+    forward_broadcast(conn, rx, "root channel", |p| p.notification()).await;
+}
+
+async fn forward_notifications(conn: &Conn, rx: broadcast::Receiver<Arc<str>>) {
+    forward_broadcast(conn, rx, "session-list notifications", |f| f).await;
 }
 
 impl Drop for Conn {
@@ -252,8 +339,10 @@ async fn connection(
     let (mut sink, mut incoming) = ws.split();
     let (out, mut out_rx) = mpsc::channel::<Arc<str>>(config.outbound_queue.max(16));
     let (closing, mut closing_rx) = watch::channel(false);
+    let (dispatches, mut dispatch_rx) = mpsc::unbounded_channel::<Value>();
     let conn = Arc::new(Conn {
         out,
+        dispatches,
         client_id: Mutex::new(None),
         initialized: AtomicBool::new(false),
         closing,
@@ -261,6 +350,14 @@ async fn connection(
         pending: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
         max_pending: config.max_pending_requests.max(1),
     });
+    let dispatcher = {
+        let (host, conn) = (host.clone(), conn.clone());
+        tokio::spawn(async move {
+            while let Some(params) = dispatch_rx.recv().await {
+                host.dispatch(&conn.client_id(), &params).await;
+            }
+        })
+    };
     let writer = tokio::spawn(async move {
         while let Some(frame) = out_rx.recv().await {
             if sink
@@ -295,6 +392,7 @@ async fn connection(
     for (_, t) in lock(&conn.forwarders).drain() {
         t.abort();
     }
+    dispatcher.abort();
     drop(conn);
     let _ = writer.await;
     tracing::info!(%peer, "client disconnected");
@@ -355,7 +453,10 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
                 return;
             }
             match method {
-                "dispatchAction" => host.dispatch(&conn.client_id(), &params).await,
+                "dispatchAction" => {
+                    // Never awaited here: the read loop goes on at once.
+                    let _ = conn.dispatches.send(params);
+                }
                 "unsubscribe" => {
                     if let Some(uri) = params.get("channel").and_then(Value::as_str) {
                         conn.unsubscribe(uri);
@@ -473,20 +574,19 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
     let mut live = Vec::new();
     let mut snapshots = Vec::new();
     for uri in subs {
-        match host.channel(&uri).await {
-            Ok(ch) => {
-                let sub = ch.subscribe(host.seq_counter());
-                snapshots.push(json!(sub.snapshot));
-                live.push((uri, sub.live));
+        match host.subscribe(&uri).await {
+            Ok((snapshot, l)) => {
+                snapshots.push(snapshot);
+                live.push((uri, l));
             }
             Err(e) => tracing::info!(%uri, error = %e, "initial subscription skipped"),
         }
     }
-    result["snapshots"] = json!(snapshots);
+    result.snapshots = snapshots;
     conn.initialized.store(true, Ordering::SeqCst);
-    conn.respond(id, Ok(result));
+    conn.respond(id, Ok(json!(result)));
     // Tell the client up front that sessions need a GitHub sign-in.
-    if !host.agent().is_authenticated().await {
+    if !host.agent().is_authenticated() {
         for resource in host.agent().protected_resources() {
             let frame = json!({"jsonrpc": "2.0", "method": "auth/required",
                 "params": {"channel": ROOT, "resource": resource, "reason": "required"}});
@@ -505,14 +605,13 @@ async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
     let Some(uri) = params.get("channel").and_then(Value::as_str) else {
         return conn.respond(id, Err(RpcError::invalid_params("missing `channel`")));
     };
-    match host.channel(uri).await {
-        Ok(ch) => {
-            let sub = ch.subscribe(host.seq_counter());
-            conn.respond(id, Ok(json!({ "snapshot": sub.snapshot })));
+    match host.subscribe(uri).await {
+        Ok((snapshot, live)) => {
+            conn.respond(id, Ok(json!({ "snapshot": snapshot })));
             if uri == ROOT {
                 conn.forward_root_notifications(host.notifications());
             }
-            conn.forward(uri, sub.live);
+            conn.forward(uri, live);
         }
         Err(e) => conn.respond(id, Err(e)),
     }
@@ -524,54 +623,62 @@ async fn reconnect(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
         Err(e) => return conn.respond(id, Err(e)),
     };
     *lock(&conn.client_id) = Some(p.client_id.clone());
-    let last_seen = p.last_seen_server_seq.max(0) as u64;
-    let mut channels = Vec::new();
+    let last_seen = u64::try_from(p.last_seen_server_seq).unwrap_or(0);
+    let mut targets = Vec::new();
     let mut missing = Vec::new();
     for uri in &p.subscriptions {
-        match host.channel(uri).await {
-            Ok(ch) => channels.push((uri.clone(), ch)),
+        match host.target(uri).await {
+            Ok(t) => targets.push((uri.clone(), t)),
             Err(_) => missing.push(uri.clone()),
         }
     }
-    let replays: Option<Vec<_>> = channels
-        .iter()
-        .map(|(uri, ch)| ch.replay_after(last_seen).map(|r| (uri.clone(), r)))
-        .collect();
+    let mut replays = Vec::new();
+    let mut complete = true;
+    for (uri, t) in &targets {
+        match host.replay(t, uri, last_seen).await {
+            Some(r) => replays.push((uri.clone(), r)),
+            None => {
+                complete = false;
+                break;
+            }
+        }
+    }
     conn.initialized.store(true, Ordering::SeqCst);
-    match replays {
-        Some(replays) => {
-            let mut actions: Vec<Arc<Published>> = replays
-                .iter()
-                .flat_map(|(_, r)| r.actions.iter().cloned())
-                .collect();
-            actions.sort_by_key(|p| p.seq);
-            let envelopes: Vec<&ahp_types::actions::ActionEnvelope> =
-                actions.iter().map(|p| &p.envelope).collect();
-            conn.respond(
-                id,
-                Ok(json!({"type": "replay", "actions": envelopes, "missing": missing})),
-            );
-            for (uri, r) in replays {
-                if uri == ROOT {
-                    conn.forward_root_notifications(host.notifications());
-                }
-                conn.forward(&uri, r.live);
+    if complete {
+        let mut actions: Vec<Arc<Published>> = replays
+            .iter()
+            .flat_map(|(_, (a, _))| a.iter().cloned())
+            .collect();
+        actions.sort_by_key(|p| p.seq());
+        let envelopes: Vec<&ahp_types::actions::ActionEnvelope> =
+            actions.iter().map(|p| &p.envelope).collect();
+        conn.respond(
+            id,
+            Ok(json!({"type": "replay", "actions": envelopes, "missing": missing})),
+        );
+        for (uri, (_, live)) in replays {
+            if uri == ROOT {
+                conn.forward_root_notifications(host.notifications());
             }
+            conn.forward(&uri, live);
         }
-        None => {
-            let subs: Vec<_> = channels
-                .iter()
-                .map(|(uri, ch)| (uri.clone(), ch.subscribe(host.seq_counter())))
-                .collect();
-            let snapshots: Vec<Value> = subs.iter().map(|(_, s)| json!(s.snapshot)).collect();
-            conn.respond(id, Ok(json!({"type": "snapshot", "snapshots": snapshots})));
-            for (uri, s) in subs {
-                if uri == ROOT {
-                    conn.forward_root_notifications(host.notifications());
-                }
-                conn.forward(&uri, s.live);
-            }
+        return;
+    }
+    drop(replays);
+    let mut snapshots = Vec::new();
+    let mut lives = Vec::new();
+    for (uri, _) in &targets {
+        if let Ok((snapshot, live)) = host.subscribe(uri).await {
+            snapshots.push(json!(snapshot));
+            lives.push((uri.clone(), live));
         }
+    }
+    conn.respond(id, Ok(json!({"type": "snapshot", "snapshots": snapshots})));
+    for (uri, live) in lives {
+        if uri == ROOT {
+            conn.forward_root_notifications(host.notifications());
+        }
+        conn.forward(&uri, live);
     }
 }
 
@@ -582,22 +689,96 @@ mod tests {
 
     #[test]
     fn a_connection_whose_queue_is_full_is_closed_not_waited_for() {
-        let (out, _rx) = mpsc::channel(2);
-        let (closing, closed) = watch::channel(false);
-        let conn = Conn {
-            out,
-            client_id: Mutex::new(None),
-            initialized: AtomicBool::new(true),
-            closing,
-            forwarders: Mutex::new(HashMap::new()),
-            pending: Arc::new(Semaphore::new(1)),
-            max_pending: 1,
-        };
+        let (conn, closed, _rx) = test_conn(2);
         assert!(conn.send("1".into()));
         assert!(conn.send("2".into()));
         assert!(!*closed.borrow());
         assert!(!conn.send("3".into()), "never blocks on a full queue");
         assert!(*closed.borrow(), "the slow connection is told to close");
+    }
+
+    /// An acceptor that always fails, counting how often it is asked.
+    struct Failing(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Acceptor for Failing {
+        async fn accept(&mut self) -> std::io::Result<(TcpStream, SocketAddr)> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Err(std::io::Error::from_raw_os_error(libc::EMFILE))
+        }
+    }
+
+    fn test_conn(queue: usize) -> (Conn, watch::Receiver<bool>, mpsc::Receiver<Arc<str>>) {
+        let (out, rx) = mpsc::channel(queue);
+        let (closing, closed) = watch::channel(false);
+        let (dispatches, _d) = mpsc::unbounded_channel();
+        (
+            Conn {
+                out,
+                dispatches,
+                client_id: Mutex::new(None),
+                initialized: AtomicBool::new(true),
+                closing,
+                forwarders: Mutex::new(HashMap::new()),
+                pending: Arc::new(Semaphore::new(1)),
+                max_pending: 1,
+            },
+            closed,
+            rx,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_accepts_back_off_instead_of_spinning() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let agent = {
+            let proxy = claude_host_proxy::start(
+                claude_host_proxy::ProxyConfig::default(),
+                Arc::new(claude_host_upstream::signed_out::SignedOut),
+            )
+            .await
+            .unwrap();
+            let factory = |_: &str| -> Arc<dyn claude_host_upstream::Upstream> {
+                Arc::new(claude_host_upstream::signed_out::SignedOut)
+            };
+            Arc::new(claude_host_agent::Agent::new(
+                claude_host_agent::AgentConfig::new("claude".into(), "/".into()),
+                Arc::new(claude_host_agent::ProxyModels::signed_out(
+                    proxy,
+                    Arc::new(factory),
+                )),
+                None,
+            ))
+        };
+        let host = Host::new(agent, crate::HostConfig::default()).await;
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(
+            Failing(calls.clone()),
+            host,
+            Arc::new(ServeConfig::default()),
+            stopped,
+        ));
+        // Ten seconds of (paused, auto-advancing) time.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let n = calls.load(Ordering::SeqCst);
+        // 5 ms doubling to 1 s: about 8 tries to reach the cap, then one a second.
+        assert!((10..=25).contains(&n), "{n} accept calls in 10 s");
+        let _ = stop.send(true);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_missed_notifications_is_closed_not_left_stale() {
+        let (conn, closed, mut out) = test_conn(64);
+        let (tx, rx) = broadcast::channel::<Arc<str>>(4);
+        // More than the ring holds, before the forwarder reads any.
+        for i in 0..10 {
+            tx.send(format!("n{i}").into()).unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(5), forward_notifications(&conn, rx))
+            .await
+            .expect("the forwarder ends");
+        assert!(*closed.borrow(), "the connection is told to close");
+        assert!(out.try_recv().is_err(), "nothing stale was sent");
     }
 
     #[test]

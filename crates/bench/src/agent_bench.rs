@@ -3,7 +3,7 @@
 //! delta over a bare SDK session, and host memory per idle session. Run with
 //! `scripts/bench-agent.sh`.
 
-use claude_host_agent::ChatSession;
+use claude_host_agent::{SessionEvent, SessionHandle, StandaloneSession, standalone_session};
 use claude_host_protocol::stream_json::FrameKind;
 use claude_host_sdk::{ClaudeSession, DenyAll, SessionOptions};
 use claude_host_testkit::fake::{FakeUpstream, Match, Reply, Rule};
@@ -56,9 +56,9 @@ async fn main() -> anyhow::Result<()> {
     let mut cold = Vec::new();
     let mut warm = Vec::new();
     for _ in 0..runs {
-        let s = ChatSession::new("bench:/cold", opts())?;
+        let s = standalone_session(StandaloneSession::new(opts()));
         cold.push(first_delta(&s).await?);
-        let s = ChatSession::new("bench:/warm", opts())?;
+        let s = standalone_session(StandaloneSession::new(opts()));
         s.warm().await?;
         warm.push(first_delta(&s).await?);
     }
@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
     // 2. Warm session, later turns: agent layer vs the bare SDK session it wraps.
     let mut agent = Vec::new();
     let mut bare = Vec::new();
-    let s = ChatSession::new("bench:/agent", opts())?;
+    let s = standalone_session(StandaloneSession::new(opts()));
     s.warm().await?;
     let mut b = ClaudeSession::spawn(opts(), Arc::new(DenyAll))?;
     b.initialize(None, serde_json::json!({})).await?;
@@ -102,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
     let mut idle = Vec::new();
     let n = 10;
     for _ in 0..n {
-        let s = ChatSession::new("bench:/idle", opts())?;
+        let s = standalone_session(StandaloneSession::new(opts()));
         s.warm().await?;
         idle.push(s);
     }
@@ -134,8 +134,12 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn first_delta(s: &ChatSession) -> anyhow::Result<Duration> {
-    let mut rx = s.subscribe();
+async fn first_delta(s: &SessionHandle) -> anyhow::Result<Duration> {
+    let (_, mut rx) = s.subscribe().await?;
+    let is_delta = |e: &SessionEvent| {
+        matches!(e, SessionEvent::Action(p)
+            if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
+    };
     let t = Instant::now();
     let send = s.send("ping");
     tokio::pin!(send);
@@ -143,16 +147,16 @@ async fn first_delta(s: &ChatSession) -> anyhow::Result<Duration> {
     loop {
         tokio::select! {
             r = &mut send => { r?; break; }
-            a = rx.recv() => {
-                let a = a?;
-                if first.is_none() && serde_json::to_value(&a)?["type"] == "chat/delta" {
+            e = rx.recv() => {
+                let e = e.ok_or_else(|| anyhow::anyhow!("the session ended"))?;
+                if first.is_none() && is_delta(&e) {
                     first = Some(t.elapsed());
                 }
             }
         }
     }
-    while let Ok(a) = rx.try_recv() {
-        if first.is_none() && serde_json::to_value(&a)?["type"] == "chat/delta" {
+    for e in rx.drain().await {
+        if first.is_none() && is_delta(&e) {
             first = Some(t.elapsed());
         }
     }

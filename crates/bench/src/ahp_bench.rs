@@ -3,6 +3,7 @@
 //! `claude-host serve` process holding 100 idle sessions. Run with `scripts/bench-ahp.sh`.
 
 use ahp::{Client, ClientConfig, SubscriptionEvent};
+use ahp_types::actions::{RootActiveSessionsChangedAction, StateAction};
 use claude_host_agent::{Agent, AgentConfig};
 use claude_host_ahp::{Host, HostConfig, ServeConfig};
 use serde_json::{Value, json};
@@ -60,9 +61,11 @@ async fn fan_out(host: &Arc<Host>, url: &str, clients: usize, total: u64) -> any
     while sent < total {
         for _ in 0..burst {
             sent += 1;
-            host.publish_root_action(
-                json!({"type": "root/activeSessionsChanged", "activeSessions": sent}),
-            );
+            host.publish_root_action(StateAction::RootActiveSessionsChanged(
+                RootActiveSessionsChangedAction {
+                    active_sessions: i64::try_from(sent)?,
+                },
+            ));
         }
         let want = sent * clients as u64;
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -186,20 +189,24 @@ async fn main() -> anyhow::Result<()> {
         .transpose()?
         .unwrap_or(20_000);
     let dir = tempdir()?;
+    let proxy = claude_host_proxy::start(
+        claude_host_proxy::ProxyConfig::default(),
+        Arc::new(claude_host_upstream::signed_out::SignedOut),
+    )
+    .await?;
+    let factory = |_: &str| -> Arc<dyn claude_host_upstream::Upstream> {
+        Arc::new(claude_host_upstream::replay::ReplayUpstream::from_entries(
+            Vec::new(),
+        ))
+    };
+    let mut config = AgentConfig::new("claude".into(), dir.clone());
+    config.config_dir = Some(dir.join(".claude"));
     let agent = Arc::new(Agent::new(
-        AgentConfig {
-            cli: "claude".into(),
-            config_dir: Some(dir.join(".claude")),
-            default_cwd: dir.clone(),
-            extra_env: Vec::new(),
-            allow_bypass_permissions: false,
-            proxy: Default::default(),
-        },
-        Arc::new(|_: &str| -> Arc<dyn claude_host_upstream::Upstream> {
-            Arc::new(claude_host_upstream::replay::ReplayUpstream::from_entries(
-                Vec::new(),
-            ))
-        }),
+        config,
+        Arc::new(claude_host_agent::ProxyModels::signed_out(
+            proxy,
+            Arc::new(factory),
+        )),
         None,
     ));
     let host = Host::new(agent, HostConfig::default()).await;

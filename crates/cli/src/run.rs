@@ -2,15 +2,17 @@
 
 use crate::setup::Context;
 use ahp_types::actions::StateAction;
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::{ChatState, ResponsePart, ToolCallState, ToolResultContent};
 use anyhow::Context as _;
-use claude_host_agent::{ChatSession, Confirmation, NewSession};
-use serde_json::Value;
+use claude_host_agent::{
+    Confirmation, NewSession, SessionEvent, SessionHandle, SessionSubscription,
+};
+use serde_json::json;
 use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// `run` options.
 #[derive(Debug, clap::Args)]
@@ -41,8 +43,8 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
     };
     // Asked for on the command line by the user running it.
     let allow_bypass = args.permission_mode.as_deref() == Some("bypassPermissions");
-    let agent = crate::setup::build_agent(ctx, cwd.clone(), allow_bypass).await?;
-    agent.use_upstream(ctx.upstream()?).await?;
+    let agent =
+        crate::setup::build_agent(ctx, cwd.clone(), allow_bypass, Some(ctx.upstream()?)).await?;
     let session = match &args.resume {
         Some(id) => {
             let s = agent
@@ -60,26 +62,38 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
         None => {
             agent
                 .create_session(NewSession {
-                    cwd: Some(cwd),
+                    working_directories: vec![cwd],
                     model: args.model.clone(),
                     permission_mode: args.permission_mode.clone(),
                     ..Default::default()
                 })
                 .await?
-                .1
         }
     };
-    let printer = tokio::spawn(print_actions(session.subscribe(), args.json));
+    // The first thing a script reads names the session, so it can `--resume` it.
+    let model = match session.model() {
+        Some(m) => Some(m),
+        None => agent
+            .models()
+            .await
+            .ok()
+            .and_then(|m| m.first().map(|m| m.id.clone())),
+    };
+    let intro = json!({"type": "session", "id": session.id(), "cwd": session.cwd(),
+        "model": model});
+    if args.json {
+        println!("{intro}");
+    } else {
+        tracing::info!(session = %session.id(), "session started");
+    }
+    let (_, actions) = session.subscribe().await?;
+    let printer = tokio::spawn(print_actions(actions, args.json));
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let approver = tokio::spawn(approve_loop(session.clone(), interactive));
     let mut failed = false;
-    let prompts: Vec<String> = match args.prompt {
-        Some(p) => vec![p],
-        None => Vec::new(),
-    };
     let mut ran = 0;
-    for p in prompts {
-        failed |= run_turn(&session, &p).await;
+    if let Some(p) = &args.prompt {
+        failed |= run_turn(&session, p).await;
         ran += 1;
     }
     if ran == 0 {
@@ -105,11 +119,11 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
     }
     approver.abort();
     let _ = approver.await;
-    if let Some(id) = session.session_id() {
-        tracing::info!(session = %id, "session saved; continue it with `claude-host run --resume {id}`");
+    if session.session_id().is_some() {
+        tracing::info!(session = %session.id(), "session saved; continue it with `claude-host run --resume {}`", session.id());
     }
-    // Shutting down stops the CLI; dropping the last handle closes the action stream, so
-    // the printer finishes after the last action.
+    // Shutting down ends the session's task, which ends its stream: the printer finishes
+    // after the last action.
     agent.shutdown().await;
     drop(session);
     drop(agent);
@@ -122,16 +136,14 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
 }
 
 /// Runs one turn; true when it did not complete.
-async fn run_turn(session: &ChatSession, prompt: &str) -> bool {
+async fn run_turn(session: &SessionHandle, prompt: &str) -> bool {
     match session.send(prompt).await {
         Ok(_) => {
-            let state = serde_json::to_value(session.state()).unwrap_or(Value::Null);
-            let last = state["turns"]
-                .as_array()
-                .and_then(|t| t.last())
-                .cloned()
-                .unwrap_or(Value::Null);
-            last["state"] != "complete"
+            let state = session.state().await;
+            !matches!(
+                state.turns.last().map(|t| &t.state),
+                Some(ahp_types::state::TurnState::Complete)
+            )
         }
         Err(e) => {
             eprintln!("error: {e}");
@@ -140,25 +152,26 @@ async fn run_turn(session: &ChatSession, prompt: &str) -> bool {
     }
 }
 
-async fn approve_loop(session: Arc<ChatSession>, interactive: bool) {
-    let always: Arc<Mutex<HashSet<String>>> = Arc::default();
+async fn approve_loop(session: SessionHandle, interactive: bool) {
+    let mut always: HashSet<String> = HashSet::new();
+    let mut answered: HashSet<String> = HashSet::new();
+    let mut status = session.watch_status();
     loop {
-        let Some(id) = session.next_confirmation(Duration::from_secs(3600)).await else {
-            continue;
+        let next = match status
+            .wait_for(|s| s.confirmations.iter().any(|c| !answered.contains(c)) || s.closed)
+            .await
+        {
+            Ok(s) if !s.closed => s
+                .confirmations
+                .iter()
+                .find(|c| !answered.contains(*c))
+                .cloned(),
+            _ => return,
         };
-        let state = serde_json::to_value(session.state()).unwrap_or(Value::Null);
-        let call = state["activeTurn"]["responseParts"]
-            .as_array()
-            .and_then(|parts| {
-                parts
-                    .iter()
-                    .find(|p| p["toolCall"]["toolCallId"] == id.as_str())
-            })
-            .map(|p| p["toolCall"].clone())
-            .unwrap_or(Value::Null);
-        let tool = call["toolName"].as_str().unwrap_or("tool").to_owned();
-        let what = call["invocationMessage"].as_str().unwrap_or("").to_owned();
-        let decision = if always.lock().map(|a| a.contains(&tool)).unwrap_or(false) {
+        let Some(id) = next else { continue };
+        answered.insert(id.clone());
+        let (tool, what) = describe_call(&session.state().await, &id);
+        let decision = if always.contains(&tool) {
             Confirmation::Approve
         } else if interactive {
             eprint!("\nAllow {tool} {what}? [y]es / [n]o / [a]lways: ");
@@ -173,9 +186,7 @@ async fn approve_loop(session: Arc<ChatSession>, interactive: bool) {
             match answer.trim().to_ascii_lowercase().as_str() {
                 "y" | "yes" => Confirmation::Approve,
                 "a" | "always" => {
-                    if let Ok(mut a) = always.lock() {
-                        a.insert(tool.clone());
-                    }
+                    always.insert(tool.clone());
                     Confirmation::Approve
                 }
                 _ => Confirmation::Deny,
@@ -186,49 +197,99 @@ async fn approve_loop(session: Arc<ChatSession>, interactive: bool) {
             );
             Confirmation::Deny
         };
-        let _ = session.confirm_tool(&id, decision);
+        if let Err(e) = session.confirm_tool(&id, decision).await {
+            tracing::debug!(error = %e, "the confirmation was settled elsewhere");
+        }
     }
 }
 
-async fn print_actions(mut rx: tokio::sync::broadcast::Receiver<StateAction>, json: bool) {
+/// A pending tool call's name and what it would do.
+fn describe_call(state: &ChatState, id: &str) -> (String, String) {
+    let call = state.active_turn.as_ref().and_then(|t| {
+        t.response_parts.iter().find_map(|p| match p {
+            ResponsePart::ToolCall(c) => match &c.tool_call {
+                ToolCallState::PendingConfirmation(s) if s.tool_call_id == id => Some(s),
+                _ => None,
+            },
+            _ => None,
+        })
+    });
+    match call {
+        Some(s) => (
+            s.tool_name.clone(),
+            match &s.invocation_message {
+                StringOrMarkdown::Plain(t) => t.clone(),
+                StringOrMarkdown::Markdown { markdown } => markdown.clone(),
+            },
+        ),
+        None => ("tool".into(), String::new()),
+    }
+}
+
+async fn print_actions(mut sub: SessionSubscription, json: bool) {
     let mut out = std::io::stdout();
-    while let Ok(a) = rx.recv().await {
-        let v = serde_json::to_value(&a).unwrap_or(Value::Null);
+    while let Some(event) = sub.recv().await {
+        let p = match event {
+            SessionEvent::Action(p) => p,
+            SessionEvent::Resync(snapshot) => {
+                // Fell behind: say so, and go on from the state as it is now.
+                if json {
+                    let _ = writeln!(out, "{}", json!({"type": "resync", "chat": snapshot.chat}));
+                } else {
+                    eprintln!("\n(output fell behind; continuing from the current state)");
+                }
+                continue;
+            }
+        };
+        // The chat's actions: the conversation (session-level changes are not output).
+        if p.is_rejection() || p.channel() != sub.handle().chat_uri() {
+            continue;
+        }
         if json {
-            let _ = writeln!(out, "{v}");
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string(p.action()).unwrap_or_default()
+            );
             let _ = out.flush();
             continue;
         }
-        match v["type"].as_str().unwrap_or("") {
-            "chat/delta" => {
-                let _ = write!(out, "{}", v["content"].as_str().unwrap_or(""));
+        match p.action() {
+            StateAction::ChatDelta(d) => {
+                let _ = write!(out, "{}", d.content);
             }
-            "chat/responsePart" if v["part"]["kind"] == "markdown" => {
-                let _ = write!(out, "{}", v["part"]["content"].as_str().unwrap_or(""));
+            StateAction::ChatResponsePart(r) => {
+                if let ResponsePart::Markdown(m) = &r.part {
+                    let _ = write!(out, "{}", m.content);
+                }
             }
-            "chat/toolCallReady" if v.get("confirmed").is_some() => {
-                let _ = write!(
-                    out,
-                    "\n[{}]\n",
-                    v["invocationMessage"].as_str().unwrap_or("tool")
-                );
+            StateAction::ChatToolCallReady(r) if r.confirmed.is_some() => {
+                let what = match &r.invocation_message {
+                    StringOrMarkdown::Plain(t) => t.as_str(),
+                    StringOrMarkdown::Markdown { markdown } => markdown.as_str(),
+                };
+                let _ = write!(out, "\n[{what}]\n");
             }
-            "chat/toolCallComplete" => {
-                let text = v["result"]["content"][0]["text"].as_str().unwrap_or("");
+            StateAction::ChatToolCallComplete(c) => {
+                let text = c
+                    .result
+                    .content
+                    .iter()
+                    .flatten()
+                    .find_map(|c| match c {
+                        ToolResultContent::Text(t) => Some(t.text.as_str()),
+                        _ => None,
+                    })
+                    .unwrap_or("");
                 let first = text.lines().next().unwrap_or("");
                 let _ = writeln!(out, "  → {}", first.chars().take(100).collect::<String>());
             }
-            "chat/turnComplete" | "chat/turnCancelled" => {
+            StateAction::ChatTurnComplete(_) | StateAction::ChatTurnCancelled(_) => {
                 let _ = writeln!(out);
             }
-            "chat/error" => {
+            StateAction::ChatError(e) => {
                 let _ = writeln!(out);
-                eprintln!(
-                    "error: {}",
-                    v["part"]["error"]["message"]
-                        .as_str()
-                        .unwrap_or("turn failed")
-                );
+                eprintln!("error: {}", e.part.error.message);
             }
             _ => {}
         }

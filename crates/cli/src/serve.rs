@@ -118,20 +118,24 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
         Some(c) => c,
         None => std::env::current_dir().context("no current directory")?,
     };
-    let agent =
-        Arc::new(crate::setup::build_agent(ctx, cwd.clone(), args.allow_bypass_permissions).await?);
     // Signed in already (`claude-host login`, GH_TOKEN) or another upstream: ready at once;
     // otherwise the client authenticates over AHP.
-    if ctx.opts.upstream == "copilot" {
-        if let Some(t) = ctx.github_token()?
-            && let Err(e) = agent.authenticate(GITHUB_RESOURCE, &t.token).await
-        {
-            eprintln!(
-                "warning: the stored GitHub credential was not accepted ({e}); clients must sign in"
-            );
-        }
+    let upstream = if ctx.opts.upstream == "copilot" {
+        None
     } else {
-        agent.use_upstream(ctx.upstream()?).await?;
+        Some(ctx.upstream()?)
+    };
+    let agent = Arc::new(
+        crate::setup::build_agent(ctx, cwd.clone(), args.allow_bypass_permissions, upstream)
+            .await?,
+    );
+    if ctx.opts.upstream == "copilot"
+        && let Some(t) = ctx.github_token()?
+        && let Err(e) = agent.authenticate(GITHUB_RESOURCE, &t.token).await
+    {
+        eprintln!(
+            "warning: the stored GitHub credential was not accepted ({e}); clients must sign in"
+        );
     }
     let host = claude_host_ahp::Host::new(
         agent,

@@ -54,12 +54,8 @@ enum SessionsCommand {
 }
 
 fn config_dir(args: &SessionsArgs) -> anyhow::Result<PathBuf> {
-    match &args.config_dir {
-        Some(d) => Ok(d.clone()),
-        None => Ok(std::env::home_dir()
-            .context("no home directory; set CLAUDE_CONFIG_DIR")?
-            .join(".claude")),
-    }
+    transcripts::config_dir(args.config_dir.as_deref(), &[])
+        .context("no home directory; set CLAUDE_CONFIG_DIR")
 }
 
 fn unix(t: SystemTime) -> u64 {
@@ -99,9 +95,21 @@ pub(crate) async fn run(home: &std::path::Path, args: SessionsArgs) -> anyhow::R
             let mut all = transcripts::list_sessions(&dir, cwd.as_deref())?;
             all.truncate(*limit);
             let host = overlay(home).await;
+            // The one merge of transcripts and overlay, as `serve` lists them.
+            let merged: HashMap<String, claude_host_agent::SessionListing> =
+                claude_host_agent::listing::merge(
+                    all.clone(),
+                    host.values().cloned().collect(),
+                    Vec::new(),
+                )
+                .into_iter()
+                .map(|l| (l.id.clone(), l))
+                .collect();
             for s in &mut all {
-                if let Some(t) = host.get(&s.session_id).and_then(|r| r.title.clone()) {
-                    s.summary = t;
+                if let Some(l) = merged.get(&s.session_id)
+                    && !l.title.is_empty()
+                {
+                    s.summary = l.title.clone();
                 }
             }
             if args.json {

@@ -227,11 +227,13 @@ pub(crate) async fn open_store(
 }
 
 /// The agent `run` and `serve` share: the pinned CLI, the host's session store, a loopback
-/// proxy, sessions in `cwd` unless a client says otherwise.
+/// proxy every session's CLI talks to (with `upstream`, or waiting for a GitHub sign-in when
+/// there is none), sessions in `cwd` unless a client says otherwise.
 pub(crate) async fn build_agent(
     ctx: &Context,
     cwd: PathBuf,
     allow_bypass_permissions: bool,
+    upstream: Option<Arc<dyn Upstream>>,
 ) -> anyhow::Result<claude_host_agent::Agent> {
     let cli = claude_host_sdk::find::locate(
         ctx.opts.claude_path.as_deref(),
@@ -240,19 +242,26 @@ pub(crate) async fn build_agent(
     )
     .await?;
     let store = open_store(&ctx.home).await?;
-    Ok(claude_host_agent::Agent::new(
-        claude_host_agent::AgentConfig {
-            cli: cli.path,
-            config_dir: std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from),
-            default_cwd: cwd,
-            extra_env: Vec::new(),
-            allow_bypass_permissions,
-            proxy: claude_host_proxy::ProxyConfig {
-                listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-                ..Default::default()
-            },
+    let proxy = claude_host_proxy::start(
+        claude_host_proxy::ProxyConfig {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..Default::default()
         },
-        Arc::new(ctx.upstream_factory()?),
+        Arc::new(claude_host_upstream::signed_out::SignedOut),
+    )
+    .await
+    .context("cannot start the model proxy")?;
+    let factory: Arc<dyn claude_host_agent::UpstreamFactory> = Arc::new(ctx.upstream_factory()?);
+    let models = match upstream {
+        Some(u) => claude_host_agent::ProxyModels::with_upstream(proxy, u, Some(factory)),
+        None => claude_host_agent::ProxyModels::signed_out(proxy, factory),
+    };
+    let mut config = claude_host_agent::AgentConfig::new(cli.path, cwd);
+    config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
+    config.allow_bypass_permissions = allow_bypass_permissions;
+    Ok(claude_host_agent::Agent::new(
+        config,
+        Arc::new(models),
         Some(store),
     ))
 }

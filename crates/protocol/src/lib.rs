@@ -7,9 +7,12 @@
 pub mod betas;
 pub mod count_tokens;
 pub mod error;
+pub mod frames;
 pub mod messages;
 pub mod model_id;
 pub mod models;
 pub mod sse;
 pub mod stream_json;
+pub mod time;
 pub mod transcript;
+pub mod uri;

@@ -4,6 +4,11 @@
 //! Frames are kept **losslessly**: a [`Frame`] is the parsed JSON object plus a classification,
 //! so a newer CLI's unknown frame types and fields pass through untouched.
 
+use crate::frames::{
+    AssistantFrame, CommandLifecycle, ResultFrame, SessionStateChanged, StreamEventFrame,
+    SystemInit, TaskNotification, UserFrame,
+};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 /// What kind of frame a line is.
@@ -40,6 +45,29 @@ pub struct Frame {
     pub kind: FrameKind,
     /// The whole object as received.
     pub raw: Map<String, Value>,
+}
+
+/// A frame the host interprets, as its typed view; everything else is [`Typed::Other`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Typed {
+    /// `system/init`.
+    Init(SystemInit),
+    /// `system/session_state_changed`.
+    SessionState(SessionStateChanged),
+    /// `system/task_notification`.
+    TaskNotification(TaskNotification),
+    /// `command_lifecycle`.
+    CommandLifecycle(CommandLifecycle),
+    /// `stream_event`.
+    StreamEvent(StreamEventFrame),
+    /// `assistant`.
+    Assistant(AssistantFrame),
+    /// `user`.
+    User(UserFrame),
+    /// `result`.
+    Result(ResultFrame),
+    /// Anything else (kept whole in the [`Frame`]).
+    Other,
 }
 
 /// Why a line is not a frame.
@@ -89,6 +117,31 @@ impl Frame {
             other => FrameKind::Other(other.to_owned()),
         };
         Ok(Frame { kind, raw })
+    }
+
+    /// The typed view of a frame the host interprets. An error means a known frame whose
+    /// fields have unexpected types; the raw frame is still whole.
+    pub fn typed(&self) -> Result<Typed, serde_json::Error> {
+        Ok(match &self.kind {
+            FrameKind::System(sub) => match sub.as_str() {
+                "init" => Typed::Init(SystemInit::deserialize(&self.raw)?),
+                "session_state_changed" => {
+                    Typed::SessionState(SessionStateChanged::deserialize(&self.raw)?)
+                }
+                "task_notification" => {
+                    Typed::TaskNotification(TaskNotification::deserialize(&self.raw)?)
+                }
+                _ => Typed::Other,
+            },
+            FrameKind::Other(ty) if ty == "command_lifecycle" => {
+                Typed::CommandLifecycle(CommandLifecycle::deserialize(&self.raw)?)
+            }
+            FrameKind::StreamEvent => Typed::StreamEvent(StreamEventFrame::deserialize(&self.raw)?),
+            FrameKind::Assistant => Typed::Assistant(AssistantFrame::deserialize(&self.raw)?),
+            FrameKind::User => Typed::User(UserFrame::deserialize(&self.raw)?),
+            FrameKind::Result => Typed::Result(ResultFrame::deserialize(&self.raw)?),
+            _ => Typed::Other,
+        })
     }
 
     /// A top-level field.

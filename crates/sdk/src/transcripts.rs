@@ -415,3 +415,17 @@ pub fn subagent_transcripts(
     out.sort();
     Ok(out)
 }
+
+/// Where the CLI keeps its sessions for a host: `explicit` (`CLAUDE_CONFIG_DIR`), else
+/// `.claude` under the `HOME` the CLI is given (the last one in `env`), else under this
+/// process's home.
+pub fn config_dir(explicit: Option<&Path>, env: &[(String, String)]) -> Option<PathBuf> {
+    explicit.map(Path::to_path_buf).or_else(|| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| PathBuf::from(v))
+            .or_else(std::env::home_dir)
+            .map(|h| h.join(".claude"))
+    })
+}

@@ -685,11 +685,24 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
             stop_reason,
             plan,
         } if !stream => {
-            let _ = plan;
-            json_resp(
-                200,
-                &render_message(&blocks, &stop_reason, &model, id, input_tokens),
-            )
+            let message = render_message(&blocks, &stop_reason, &model, id, input_tokens);
+            match plan {
+                // A gate holds the whole (non-streaming) reply until it opens.
+                Plan::GateAfter(_, mut gate) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+                    tokio::spawn(async move {
+                        let _ = gate.wait_for(|open| *open).await;
+                        let _ = tx.send(Bytes::from(message.to_string())).await;
+                    });
+                    let mut r = Response::new(FakeBody::channel(state.clone(), rx).boxed_unsync());
+                    r.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
+                _ => json_resp(200, &message),
+            }
         }
         Kind::Blocks {
             blocks,

@@ -268,7 +268,7 @@ pub(crate) fn render_events(
         ),
         event("ping", &json!({"type": "ping"})),
     ];
-    let mut output_tokens = 1;
+    let mut output_tokens: u64 = 1;
     for (index, block) in blocks.iter().enumerate() {
         match block {
             Block::Text(deltas) => {

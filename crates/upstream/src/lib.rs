@@ -12,6 +12,7 @@ pub mod credentials;
 pub mod device_flow;
 pub mod record;
 pub mod replay;
+pub mod signed_out;
 pub mod stream_client;
 
 use async_trait::async_trait;

@@ -31,22 +31,26 @@ async fn a_cli_that_ignores_the_interrupt_is_killed_and_the_next_send_resumes() 
     let cli = write(e.dir.path(), &Scenario::Custom(script)).unwrap();
     let mut opts = e.opts();
     opts.cli = cli;
-    let s = Arc::new(
-        claude_host_agent::ChatSession::new("claude:/chat/stubborn", opts)
-            .unwrap()
-            .with_abort_grace(Duration::from_millis(300)),
-    );
-    let mut rx = s.subscribe();
+    let mut spec = claude_host_agent::StandaloneSession::new(opts);
+    spec.abort_grace = Duration::from_millis(300);
+    let s = Arc::new(claude_host_agent::standalone_session(spec));
+    let mut rx = Actions::of(&s).await;
     let turn = tokio::spawn({
         let s = s.clone();
         async move { s.send("never ends").await }
     });
     // The turn has started once its first action is out.
-    tokio::time::timeout(Duration::from_secs(30), rx.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    let pgid = s.cli_pgid().await.unwrap();
+    rx.recv().await;
+    // The CLI is live (and has the prompt) once its process group shows.
+    let pgid = tokio::time::timeout(
+        Duration::from_secs(30),
+        s.watch_status().wait_for(|st| st.cli_pgid.is_some()),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .cli_pgid
+    .unwrap();
     s.abort().await.unwrap();
     tokio::time::timeout(Duration::from_secs(30), turn)
         .await
@@ -54,10 +58,10 @@ async fn a_cli_that_ignores_the_interrupt_is_killed_and_the_next_send_resumes() 
         .unwrap()
         .unwrap();
     assert!(super::group_gone(pgid).await, "the stubborn CLI was killed");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][0]["state"], "cancelled", "{state}");
     s.send("again").await.unwrap();
     assert_eq!(s.materializations(), 2, "a new CLI for the next send");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][1]["state"], "complete", "{state}");
 }

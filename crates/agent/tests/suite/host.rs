@@ -1,6 +1,6 @@
 //! The `Agent`: authentication, models, session creation, listing and shutdown.
 
-use claude_host_agent::{Agent, AgentConfig, AgentError, GITHUB_RESOURCE, NewSession};
+use claude_host_agent::{Agent, AgentConfig, AgentError, GITHUB_RESOURCE, NewSession, ProxyModels};
 use claude_host_store::{SqliteStore, Store};
 use claude_host_testkit::fake::{FakeConfig, FakeUpstream, Match, Reply, Rule};
 use claude_host_upstream::Upstream;
@@ -45,16 +45,23 @@ async fn host() -> Host {
             .await
             .unwrap(),
     );
+    let proxy = claude_host_proxy::start(
+        Default::default(),
+        Arc::new(claude_host_upstream::signed_out::SignedOut),
+    )
+    .await
+    .unwrap();
+    let mut config = AgentConfig::new(
+        claude_host_testkit::cli::pinned_cli().unwrap(),
+        dir.path().join("work"),
+    );
+    config.config_dir = Some(dir.path().join(".claude"));
+    config
+        .extra_env
+        .push(("HOME".into(), dir.path().display().to_string()));
     let agent = Agent::new(
-        AgentConfig {
-            cli: claude_host_testkit::cli::pinned_cli().unwrap(),
-            config_dir: Some(dir.path().join(".claude")),
-            default_cwd: dir.path().join("work"),
-            extra_env: vec![("HOME".into(), dir.path().display().to_string())],
-            allow_bypass_permissions: false,
-            proxy: Default::default(),
-        },
-        Arc::new(factory),
+        config,
+        Arc::new(ProxyModels::signed_out(proxy, Arc::new(factory))),
         Some(store.clone()),
     );
     Host {
@@ -94,7 +101,7 @@ async fn nothing_runs_before_authentication_and_a_bad_token_changes_nothing() {
         matches!(refused, Err(AgentError::AuthFailed(_))),
         "{refused:?}"
     );
-    assert!(!h.agent.is_authenticated().await);
+    assert!(!h.agent.is_authenticated());
 
     assert!(h.agent.authenticate(GITHUB_RESOURCE, GOOD).await.unwrap());
     let models = h.agent.models().await.unwrap();
@@ -151,9 +158,9 @@ async fn sessions_are_provisional_listed_with_cli_sessions_and_survive_a_token_c
         reply: Reply::text("Hi from the host."),
         times: None,
     });
-    let (resource, s) = h.agent.create_session(NewSession::default()).await.unwrap();
-    let id = claude_host_agent::session_id_of(&resource).to_owned();
-    assert!(resource.starts_with("claude:/"));
+    let s = h.agent.create_session(NewSession::default()).await.unwrap();
+    let id = s.id().to_owned();
+    assert!(s.resource().ends_with(&id));
     assert!(!s.is_materialized());
     assert!(
         h.store.list(true).await.unwrap().is_empty(),
@@ -174,12 +181,13 @@ async fn sessions_are_provisional_listed_with_cli_sessions_and_survive_a_token_c
     assert!(h.agent.authenticate(GITHUB_RESOURCE, SECOND).await.unwrap());
     s.send("still there?").await.unwrap();
     assert_eq!(
-        serde_json::to_value(s.state()).unwrap()["turns"][1]["state"],
+        serde_json::to_value(s.state().await).unwrap()["turns"][1]["state"],
         "complete"
     );
 
     // The user's own `claude -p` in the same config directory, through the host's proxy.
-    let (base_url, token) = h.agent.proxy_endpoint("terminal").await.unwrap();
+    let endpoint = h.agent.models_access().endpoint("terminal").unwrap();
+    let (base_url, token) = (endpoint.base_url, endpoint.token);
     let cli_id = claude_host_testkit::cli::plain_claude_p(
         "from the terminal",
         &[],
@@ -202,12 +210,8 @@ async fn sessions_are_provisional_listed_with_cli_sessions_and_survive_a_token_c
     assert!(!theirs.from_host);
     assert_eq!(theirs.title, "from the terminal");
 
-    let restored = h
-        .agent
-        .open_session(&claude_host_agent::session_resource(&cli_id))
-        .await
-        .unwrap();
-    let turns = serde_json::to_value(restored.state()).unwrap()["turns"].clone();
+    let restored = h.agent.open_session(&cli_id).await.unwrap();
+    let turns = serde_json::to_value(restored.state().await).unwrap()["turns"].clone();
     assert_eq!(turns[0]["message"]["text"], "from the terminal");
 }
 
@@ -215,7 +219,7 @@ async fn sessions_are_provisional_listed_with_cli_sessions_and_survive_a_token_c
 async fn shutdown_stops_every_session_once() {
     let h = host().await;
     h.agent.authenticate(GITHUB_RESOURCE, GOOD).await.unwrap();
-    let (_, a) = h
+    let a = h
         .agent
         .create_session(NewSession {
             warm: true,
@@ -224,7 +228,7 @@ async fn shutdown_stops_every_session_once() {
         .await
         .unwrap();
     assert!(a.is_materialized(), "warm starts the CLI at create");
-    let (_, b) = h.agent.create_session(NewSession::default()).await.unwrap();
+    let b = h.agent.create_session(NewSession::default()).await.unwrap();
     b.send("hi").await.unwrap();
     let groups = [a.cli_pgid().await.unwrap(), b.cli_pgid().await.unwrap()];
     tokio::time::timeout(std::time::Duration::from_secs(30), async {

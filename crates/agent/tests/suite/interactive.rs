@@ -1,7 +1,6 @@
 //! Questions, plans, steering and mid-session changes, with the real CLI.
 
 use super::*;
-use ahp_types::actions::StateAction;
 use ahp_types::state::{
     ChatInputAnswer, ChatInputAnswerValue, ChatInputAnswered, ChatInputResponseKind,
     ChatInputSelectedAnswerValue,
@@ -15,12 +14,12 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn drain(rx: &mut tokio::sync::broadcast::Receiver<StateAction>) -> Vec<Value> {
-    let mut out = Vec::new();
-    while let Ok(a) = rx.try_recv() {
-        out.push(serde_json::to_value(a).unwrap());
-    }
-    out
+async fn drain(rx: &mut Actions) -> Vec<Value> {
+    rx.drain()
+        .await
+        .into_iter()
+        .map(|a| serde_json::to_value(a).unwrap())
+        .collect()
 }
 
 fn types(actions: &[Value]) -> Vec<&str> {
@@ -54,13 +53,13 @@ async fn ask_user_question_becomes_an_input_request_and_the_answers_reach_the_mo
     e.fake
         .push(rule(Match::HasToolResult, Reply::text("Banana noted.")));
     let s = Arc::new(e.session(e.opts()));
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     let turn = tokio::spawn({
         let s = s.clone();
         async move { s.send("pick a fruit for me").await }
     });
     let id = s.next_input(WAIT).await.expect("an input request");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let part = state["activeTurn"]["responseParts"]
         .as_array()
         .unwrap()
@@ -74,7 +73,7 @@ async fn ask_user_question_becomes_an_input_request_and_the_answers_reach_the_mo
     assert_eq!(q["title"], "Fruit");
     assert_eq!(q["options"][1]["label"], "Banana");
     assert!(
-        s.confirm_tool(&id, Confirmation::Approve).is_err(),
+        s.confirm_tool(&id, Confirmation::Approve).await.is_err(),
         "not a tool confirmation"
     );
 
@@ -91,6 +90,7 @@ async fn ask_user_question_becomes_an_input_request_and_the_answers_reach_the_mo
             answers: HashMap::from([("0".to_owned(), answer)]),
         },
     )
+    .await
     .unwrap();
     tokio::time::timeout(WAIT, turn)
         .await
@@ -109,13 +109,13 @@ async fn ask_user_question_becomes_an_input_request_and_the_answers_reach_the_mo
         result.contains("tool_result") && result.contains("Banana"),
         "the answer did not reach the model: {result}"
     );
-    let k = drain(&mut rx);
+    let k = drain(&mut rx).await;
     let t = types(&k);
     let requested = t.iter().position(|x| *x == "chat/inputRequested").unwrap();
     let completed = t.iter().position(|x| *x == "chat/inputCompleted").unwrap();
     assert!(requested < completed, "{t:?}");
     assert_eq!(k[completed]["response"], "accept");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][0]["state"], "complete");
     let text = state["turns"][0]["responseParts"]
         .as_array()
@@ -152,7 +152,7 @@ async fn an_approved_plan_switches_the_session_to_accept_edits() {
         async move { s.send("make a plan, then do it").await }
     });
     let id = s.next_confirmation(WAIT).await.expect("plan approval");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let tool = state["activeTurn"]["responseParts"]
         .as_array()
         .unwrap()
@@ -163,7 +163,7 @@ async fn an_approved_plan_switches_the_session_to_accept_edits() {
     assert_eq!(tool["toolName"], "ExitPlanMode");
     assert_eq!(tool["status"], "pending-confirmation");
     assert_eq!(tool["invocationMessage"], "1. Write plan.txt");
-    s.confirm_tool(&id, Confirmation::Approve).unwrap();
+    s.confirm_tool(&id, Confirmation::Approve).await.unwrap();
     // The Write that follows needs no confirmation any more: the turn ends on its own.
     tokio::time::timeout(WAIT, turn)
         .await
@@ -173,7 +173,7 @@ async fn an_approved_plan_switches_the_session_to_accept_edits() {
     assert!(s.pending_confirmations().is_empty());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "planned");
     assert_eq!(s.permission_mode().as_deref(), Some("acceptEdits"));
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][0]["state"], "complete");
 }
 
@@ -194,7 +194,7 @@ async fn a_declined_plan_tells_the_model_and_keeps_plan_mode() {
         async move { s.send("make a plan").await }
     });
     let id = s.next_confirmation(WAIT).await.expect("plan approval");
-    s.confirm_tool(&id, Confirmation::Deny).unwrap();
+    s.confirm_tool(&id, Confirmation::Deny).await.unwrap();
     tokio::time::timeout(WAIT, turn)
         .await
         .unwrap()
@@ -221,7 +221,7 @@ async fn a_steering_message_lands_in_the_running_turn() {
         None,
         "no turn to steer"
     );
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     let turn = tokio::spawn({
         let s = s.clone();
         async move { s.send("start the work").await }
@@ -230,18 +230,14 @@ async fn a_steering_message_lands_in_the_running_turn() {
     // the steering message after the partial answer.
     let mut seen = Vec::new();
     while !seen.iter().any(|a: &Value| a["type"] == "chat/delta") {
-        let a = tokio::time::timeout(WAIT, rx.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        seen.push(serde_json::to_value(a).unwrap());
+        seen.push(serde_json::to_value(rx.recv().await).unwrap());
     }
     let id = s
         .steer("also mention bananas")
         .await
         .unwrap()
         .expect("a running turn");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["steeringMessage"]["id"], id.as_str());
     gate.open();
     tokio::time::timeout(WAIT, turn)
@@ -263,7 +259,7 @@ async fn a_steering_message_lands_in_the_running_turn() {
         follow_up.contains("start the work") && follow_up.contains("also mention bananas"),
         "the follow-up carries the prompt and the steering message"
     );
-    seen.extend(drain(&mut rx));
+    seen.extend(drain(&mut rx).await);
     let t = types(&seen);
     let set = t
         .iter()
@@ -280,7 +276,7 @@ async fn a_steering_message_lands_in_the_running_turn() {
         "one turn: {t:?}"
     );
     assert!(!t.contains(&"chat/turnCancelled"), "{t:?}");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"].as_array().unwrap().len(), 1);
     assert_eq!(state["turns"][0]["state"], "complete");
     assert!(state.get("steeringMessage").is_none_or(Value::is_null));
@@ -343,7 +339,9 @@ async fn changed_cli_inputs_restart_the_cli_on_the_same_session() {
             .collect()
     };
     assert!(tools(0).iter().any(|t| t == "Bash"));
-    s.update_options(|o| o.disallowed_tools.push("Bash".into()));
+    s.update_options(|o| o.disallowed_tools.push("Bash".into()))
+        .await
+        .unwrap();
     s.send("and now?").await.unwrap();
     assert_eq!(s.materializations(), 2, "a new CLI");
     assert!(
@@ -373,10 +371,10 @@ async fn truncate_keeps_the_first_turn_and_the_next_send_continues_from_it() {
     s.send("turn one").await.unwrap();
     s.send("turn two").await.unwrap();
     let id = s.session_id().unwrap();
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     s.truncate(1).await.unwrap();
-    assert_eq!(types(&drain(&mut rx)), ["chat/truncated"]);
-    let state = serde_json::to_value(s.state()).unwrap();
+    assert_eq!(types(&drain(&mut rx).await), ["chat/truncated"]);
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"].as_array().unwrap().len(), 1);
     s.send("turn three").await.unwrap();
     assert_eq!(s.session_id().as_deref(), Some(id.as_str()), "same session");
@@ -385,7 +383,7 @@ async fn truncate_keeps_the_first_turn_and_the_next_send_continues_from_it() {
         sent.contains("turn one") && !sent.contains("turn two") && sent.contains("turn three"),
         "truncated history: {sent}"
     );
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let prompts: Vec<&str> = state["turns"]
         .as_array()
         .unwrap()
@@ -420,7 +418,7 @@ async fn abort_denies_parked_questions_and_close_is_idempotent() {
         .unwrap();
     assert!(!file.exists());
     assert!(s.pending_confirmations().is_empty());
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][0]["state"], "cancelled", "{state}");
     let tool = state["turns"][0]["responseParts"]
         .as_array()
@@ -467,17 +465,13 @@ async fn a_turn_claude_code_starts_on_its_own_becomes_its_own_turn() {
     opts.permission_mode = Some("bypassPermissions".into());
     opts.extra_env.push(("IS_SANDBOX".into(), "1".into()));
     let s = e.session(opts);
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     s.send("run something in the background").await.unwrap();
     // When the task ends the CLI starts a turn by itself; it shows up live, with nothing
     // sent by the client.
     let mut adopted = None;
     loop {
-        let a = tokio::time::timeout(WAIT, rx.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        let v = serde_json::to_value(&a).unwrap();
+        let v = serde_json::to_value(rx.recv().await).unwrap();
         if v["type"] == "chat/turnStarted" && v["message"]["origin"]["kind"] == "systemNotification"
         {
             adopted = v["turnId"].as_str().map(str::to_owned);
@@ -487,14 +481,14 @@ async fn a_turn_claude_code_starts_on_its_own_becomes_its_own_turn() {
         }
     }
     assert_eq!(
-        serde_json::to_value(s.state()).unwrap()["turns"]
+        serde_json::to_value(s.state().await).unwrap()["turns"]
             .as_array()
             .unwrap()
             .len(),
         2
     );
     s.send("and now zebra").await.unwrap();
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let turns = state["turns"].as_array().unwrap();
     let summary: Vec<(String, String, String)> = turns
         .iter()

@@ -1,8 +1,13 @@
+mod core;
 mod faults;
 mod host;
 mod interactive;
 mod turns;
 
+use ahp_types::actions::StateAction;
+use claude_host_agent::{
+    Agent, AgentConfig, ProxyModels, SessionEvent, SessionHandle, StandaloneSession,
+};
 use claude_host_proxy::{ProxyConfig, ProxyHandle};
 use claude_host_sdk::SessionOptions;
 use claude_host_testkit::fake::FakeUpstream;
@@ -50,9 +55,100 @@ impl Env {
         o
     }
 
-    pub fn session(&self, opts: SessionOptions) -> claude_host_agent::ChatSession {
-        claude_host_agent::ChatSession::new("claude:/chat/test", opts).unwrap()
+    /// An agent over the same fake (through a proxy of its own), optionally with a store.
+    pub async fn agent(&self, store: Option<Arc<dyn claude_host_store::Store>>) -> Agent {
+        self.agent_with(store, |_| {}).await
     }
+
+    /// As [`Env::agent`], with the configuration changed first.
+    pub async fn agent_with(
+        &self,
+        store: Option<Arc<dyn claude_host_store::Store>>,
+        tweak: impl FnOnce(&mut AgentConfig),
+    ) -> Agent {
+        let copilot = CopilotUpstream::new(
+            http_client().unwrap(),
+            "gho_fake_github_token".into(),
+            CopilotEndpoints::single_host(&self.fake.url()),
+            ClientIdentity::default(),
+            CopilotOptions::default(),
+        );
+        let proxy = claude_host_proxy::start(
+            ProxyConfig::default(),
+            Arc::new(claude_host_upstream::signed_out::SignedOut),
+        )
+        .await
+        .unwrap();
+        let mut config = AgentConfig::new(
+            claude_host_testkit::cli::pinned_cli().unwrap(),
+            self.dir.path().join("work"),
+        );
+        config.config_dir = Some(self.dir.path().join(".claude"));
+        config
+            .extra_env
+            .push(("HOME".into(), self.dir.path().display().to_string()));
+        tweak(&mut config);
+        Agent::new(
+            config,
+            Arc::new(ProxyModels::with_upstream(proxy, Arc::new(copilot), None)),
+            store,
+        )
+    }
+
+    pub fn session(&self, opts: SessionOptions) -> SessionHandle {
+        claude_host_agent::standalone_session(StandaloneSession::new(opts))
+    }
+}
+
+/// A session's chat actions as a test reads them.
+pub(crate) struct Actions {
+    sub: claude_host_agent::SessionSubscription,
+    chat: String,
+}
+
+impl Actions {
+    pub async fn of(s: &SessionHandle) -> Actions {
+        Actions {
+            sub: s.subscribe().await.unwrap().1,
+            chat: s.chat_uri().to_owned(),
+        }
+    }
+
+    fn chat_action(&self, e: SessionEvent) -> Option<StateAction> {
+        match e {
+            SessionEvent::Action(p) => (p.channel() == self.chat).then(|| p.action().clone()),
+            SessionEvent::Resync(_) => panic!("the test subscriber fell behind"),
+        }
+    }
+
+    /// Every chat action published so far (none may have been skipped).
+    pub async fn drain(&mut self) -> Vec<StateAction> {
+        let events = self.sub.drain().await;
+        events
+            .into_iter()
+            .filter_map(|e| self.chat_action(e))
+            .collect()
+    }
+
+    /// The next chat action.
+    pub async fn recv(&mut self) -> StateAction {
+        loop {
+            let e = tokio::time::timeout(std::time::Duration::from_secs(60), self.sub.recv())
+                .await
+                .expect("an action in time")
+                .expect("the session is running");
+            if let Some(a) = self.chat_action(e) {
+                return a;
+            }
+        }
+    }
+}
+
+pub(crate) fn kind(a: &StateAction) -> String {
+    serde_json::to_value(a).unwrap()["type"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 pub(crate) use claude_host_testkit::cli::group_gone;

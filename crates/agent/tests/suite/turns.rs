@@ -16,14 +16,6 @@ fn kinds(actions: &[StateAction]) -> Vec<String> {
         .collect()
 }
 
-fn drain(rx: &mut tokio::sync::broadcast::Receiver<StateAction>) -> Vec<StateAction> {
-    let mut out = Vec::new();
-    while let Ok(a) = rx.try_recv() {
-        out.push(a);
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_text_turn_streams_per_token_deltas_into_the_reduced_state() {
     let e = env().await;
@@ -38,9 +30,9 @@ async fn a_text_turn_streams_per_token_deltas_into_the_reduced_state() {
         !e.dir.path().join(".claude/projects").exists(),
         "nothing written before the first send"
     );
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     let turn = s.send("greet me").await.unwrap();
-    let actions = drain(&mut rx);
+    let actions = rx.drain().await;
     let k = kinds(&actions);
     assert_eq!(k.first().map(String::as_str), Some("chat/turnStarted"));
     assert_eq!(&k[k.len() - 2..], ["chat/usage", "chat/turnComplete"]);
@@ -69,7 +61,7 @@ async fn a_text_turn_streams_per_token_deltas_into_the_reduced_state() {
         "{part_id}"
     );
 
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"].as_array().unwrap().len(), 1);
     let t = &state["turns"][0];
     assert_eq!(t["state"], "complete");
@@ -99,7 +91,7 @@ async fn racing_first_sends_materialize_once_and_run_in_order() {
     a.unwrap();
     b.unwrap();
     assert_eq!(s.materializations(), 1);
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let texts: Vec<&str> = state["turns"]
         .as_array()
         .unwrap()
@@ -139,9 +131,9 @@ async fn thinking_and_an_auto_approved_tool_call_reduce_to_complete_parts() {
     let mut opts = e.opts();
     opts.permission_mode = Some("acceptEdits".into());
     let s = e.session(opts);
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     s.send("think and write").await.unwrap();
-    let k = kinds(&drain(&mut rx));
+    let k = kinds(&rx.drain().await);
     let start = k.iter().position(|x| x == "chat/toolCallStart").unwrap();
     for later in [
         "chat/toolCallDelta",
@@ -154,7 +146,7 @@ async fn thinking_and_an_auto_approved_tool_call_reduce_to_complete_parts() {
         );
     }
     assert!(file.exists());
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let parts = state["turns"][0]["responseParts"].as_array().unwrap();
     let reasoning = parts.iter().find(|p| p["kind"] == "reasoning").unwrap();
     assert_eq!(reasoning["content"], "plan it");
@@ -183,7 +175,7 @@ async fn an_upstream_error_ends_the_turn_in_error_and_the_session_goes_on() {
     let s = e.session(e.opts());
     s.send("fail please").await.unwrap();
     s.send("again").await.unwrap();
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][0]["state"], "error");
     let err = state["turns"][0]["responseParts"]
         .as_array()
@@ -233,7 +225,7 @@ async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
         times: None,
     });
     let s = Arc::new(e.session(e.opts()));
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     let turn = tokio::spawn({
         let s = s.clone();
         async move { s.send("write two files").await }
@@ -242,7 +234,7 @@ async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
         .next_confirmation(Duration::from_secs(30))
         .await
         .expect("first confirmation");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let pending = state["activeTurn"]["responseParts"]
         .as_array()
         .unwrap()
@@ -254,7 +246,7 @@ async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
         pending["toolCall"]["status"], "pending-confirmation",
         "{pending}"
     );
-    s.confirm_tool(&first, Confirmation::Approve).unwrap();
+    s.confirm_tool(&first, Confirmation::Approve).await.unwrap();
     let second = loop {
         let id = s
             .next_confirmation(Duration::from_secs(30))
@@ -264,11 +256,11 @@ async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
             break id;
         }
     };
-    s.confirm_tool(&second, Confirmation::Deny).unwrap();
+    s.confirm_tool(&second, Confirmation::Deny).await.unwrap();
     turn.await.unwrap().unwrap();
     assert!(yes.exists());
     assert!(!no.exists());
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let t = &state["turns"][0];
     assert_eq!(t["state"], "complete");
     let tool = |id: &str| {
@@ -284,12 +276,12 @@ async fn tool_permissions_become_pending_confirmations_settled_by_the_client() {
     assert_eq!(tool(&first)["confirmed"], "user-action");
     assert_eq!(tool(&second)["status"], "cancelled");
     assert_eq!(tool(&second)["reason"], "denied");
-    let k = kinds(&drain(&mut rx));
+    let k = kinds(&rx.drain().await);
     assert!(
         k.iter().filter(|x| *x == "chat/toolCallConfirmed").count() == 2,
         "{k:?}"
     );
-    assert!(s.confirm_tool("nope", Confirmation::Approve).is_err());
+    assert!(s.confirm_tool("nope", Confirmation::Approve).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,21 +299,13 @@ async fn abort_mid_stream_cancels_the_turn_and_the_upstream_request() {
         times: None,
     });
     let s = Arc::new(e.session(e.opts()));
-    let mut rx = s.subscribe();
+    let mut rx = Actions::of(&s).await;
     let turn = tokio::spawn({
         let s = s.clone();
         async move { s.send("a long answer").await }
     });
     // Abort once text is streaming.
-    loop {
-        let a = tokio::time::timeout(std::time::Duration::from_secs(30), rx.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        if serde_json::to_value(&a).unwrap()["type"] == "chat/delta" {
-            break;
-        }
-    }
+    while kind(&rx.recv().await) != "chat/delta" {}
     s.abort().await.unwrap();
     turn.await.unwrap().unwrap();
     e.fake
@@ -329,7 +313,7 @@ async fn abort_mid_stream_cancels_the_turn_and_the_upstream_request() {
         .await
         .unwrap();
     s.send("next one").await.unwrap();
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][0]["state"], "cancelled");
     assert_eq!(state["turns"][1]["state"], "complete");
     assert_eq!(s.materializations(), 1);
@@ -391,7 +375,7 @@ async fn a_cli_killed_mid_turn_errors_the_turn_and_the_next_send_resumes_with_hi
     let r = s.send("which fruit did I say?").await;
     r.unwrap();
     assert_eq!(s.materializations(), 2, "a new CLI resumed the session");
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let states: Vec<&str> = state["turns"]
         .as_array()
         .unwrap()
@@ -441,11 +425,10 @@ async fn a_session_from_a_plain_claude_p_run_is_restored_and_continued() {
     )
     .unwrap();
 
-    let s =
-        claude_host_agent::ChatSession::restore("claude:/chat/restored", e.opts(), &config, &id)
-            .unwrap();
+    let agent = e.agent(None).await;
+    let s = agent.open_session(&id).await.unwrap();
     assert!(!s.is_materialized());
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     let turns = state["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1, "{state}");
     assert_eq!(turns[0]["message"]["text"], "please write r");
@@ -460,7 +443,7 @@ async fn a_session_from_a_plain_claude_p_run_is_restored_and_continued() {
     );
 
     s.send("what did you do?").await.unwrap();
-    let state = serde_json::to_value(s.state()).unwrap();
+    let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"].as_array().unwrap().len(), 2);
     assert_eq!(
         state["turns"][1]["responseParts"][0]["content"],
@@ -488,12 +471,13 @@ async fn fork_at_turn_one_of_two_gives_a_session_with_one_turn() {
         reply: Reply::text("forked reply"),
         times: None,
     });
-    let s = e.session(e.opts());
+    let agent = e.agent(None).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
     s.send("turn one").await.unwrap();
     s.send("turn two").await.unwrap();
-    let fork = s.fork("claude:/chat/fork", 1).unwrap();
+    let fork = agent.fork_session(s.id(), 1).await.unwrap();
     assert_ne!(fork.session_id(), s.session_id());
-    let state = serde_json::to_value(fork.state()).unwrap();
+    let state = serde_json::to_value(fork.state().await).unwrap();
     let turns = state["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1, "{state}");
     assert_eq!(turns[0]["message"]["text"], "turn one");
@@ -505,7 +489,7 @@ async fn fork_at_turn_one_of_two_gives_a_session_with_one_turn() {
     );
     // The original is untouched.
     assert_eq!(
-        serde_json::to_value(s.state()).unwrap()["turns"]
+        serde_json::to_value(s.state().await).unwrap()["turns"]
             .as_array()
             .unwrap()
             .len(),
@@ -522,14 +506,20 @@ async fn the_store_overlay_is_written_after_turns_and_not_before() {
             .await
             .unwrap(),
     );
-    let mut opts = e.opts();
-    opts.permission_mode = Some("acceptEdits".into());
-    let s = e.session(opts).with_store(store.clone());
+    let agent = e.agent(Some(store.clone())).await;
+    let s = agent
+        .create_session(claude_host_agent::NewSession {
+            permission_mode: Some("acceptEdits".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     assert!(
         store.list(true).await.unwrap().is_empty(),
         "provisional sessions write nothing"
     );
     s.send("summarize the repository layout").await.unwrap();
+    s.flush().await.unwrap();
     let id = s.session_id().unwrap();
     let r = store.get(&id).await.unwrap().unwrap();
     assert_eq!(r.title.as_deref(), Some("summarize the repository layout"));
@@ -538,13 +528,18 @@ async fn the_store_overlay_is_written_after_turns_and_not_before() {
     let first_update = r.updated_at;
     s.set_model("claude-sonnet-4-5").await.unwrap();
     s.send("and again").await.unwrap();
+    s.flush().await.unwrap();
     let r = store.get(&id).await.unwrap().unwrap();
     assert_eq!(
         r.title.as_deref(),
         Some("summarize the repository layout"),
         "the title stays"
     );
-    assert_eq!(r.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert_eq!(
+        r.model.as_deref(),
+        Some("claude-sonnet-4.5"),
+        "the catalog's id"
+    );
     assert!(r.updated_at >= first_update);
     assert_eq!(store.list(false).await.unwrap().len(), 1);
 }

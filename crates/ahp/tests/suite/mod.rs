@@ -1,10 +1,11 @@
+mod core;
 mod protocol;
 mod wire;
 
 use ahp::{Client, ClientConfig, SubscriptionEvent};
 use ahp_types::actions::ActionEnvelope;
 use ahp_types::state::ChatState;
-use claude_host_agent::{Agent, AgentConfig, GITHUB_RESOURCE};
+use claude_host_agent::{Agent, AgentConfig, GITHUB_RESOURCE, ProxyModels};
 use claude_host_ahp::{Host, HostConfig, ServeConfig, ServerHandle};
 use claude_host_testkit::fake::FakeUpstream;
 use claude_host_upstream::Upstream;
@@ -36,6 +37,14 @@ pub(crate) async fn env_serving(
     host_config: HostConfig,
     tweak: impl FnOnce(&mut ServeConfig),
 ) -> Env {
+    env_full(host_config, |_| {}, tweak).await
+}
+
+pub(crate) async fn env_full(
+    host_config: HostConfig,
+    tweak_agent: impl FnOnce(&mut AgentConfig),
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Env {
     let fake = FakeUpstream::start().await.unwrap();
     let fake_url = fake.url();
     let factory = move |token: &str| -> Arc<dyn Upstream> {
@@ -49,16 +58,24 @@ pub(crate) async fn env_serving(
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    let proxy = claude_host_proxy::start(
+        Default::default(),
+        Arc::new(claude_host_upstream::signed_out::SignedOut),
+    )
+    .await
+    .unwrap();
+    let mut config = AgentConfig::new(
+        claude_host_testkit::cli::pinned_cli().unwrap(),
+        dir.path().join("work"),
+    );
+    config.config_dir = Some(dir.path().join(".claude"));
+    config
+        .extra_env
+        .push(("HOME".into(), dir.path().display().to_string()));
+    tweak_agent(&mut config);
     let agent = Arc::new(Agent::new(
-        AgentConfig {
-            cli: claude_host_testkit::cli::pinned_cli().unwrap(),
-            config_dir: Some(dir.path().join(".claude")),
-            default_cwd: dir.path().join("work"),
-            extra_env: vec![("HOME".into(), dir.path().display().to_string())],
-            allow_bypass_permissions: false,
-            proxy: Default::default(),
-        },
-        Arc::new(factory),
+        config,
+        Arc::new(ProxyModels::signed_out(proxy, Arc::new(factory))),
         None,
     ));
     let host = Host::new(agent, host_config).await;
@@ -117,7 +134,7 @@ impl Env {
             .request(
                 "createSession",
                 json!({"channel": session, "provider": "claude",
-                       "workingDirectories": [claude_host_ahp::host::file_uri(&self.work())]}),
+                       "workingDirectories": [claude_host_protocol::uri::file_uri(&self.work())]}),
             )
             .await
             .unwrap();
@@ -126,9 +143,17 @@ impl Env {
 
     /// The server's own reduced state of a chat.
     pub async fn server_chat_state(&self, chat: &str) -> Value {
-        match self.host.channel(chat).await.unwrap().state() {
-            claude_host_ahp::channel::ChannelState::Chat(s) => serde_json::to_value(*s).unwrap(),
+        match self.host.snapshot(chat).await.unwrap() {
+            ahp_types::state::SnapshotState::Chat(s) => serde_json::to_value(*s).unwrap(),
             _ => panic!("not a chat"),
+        }
+    }
+
+    /// The server's own state of a session channel.
+    pub async fn server_session_state(&self, session: &str) -> ahp_types::state::SessionState {
+        match self.host.snapshot(session).await.unwrap() {
+            ahp_types::state::SnapshotState::Session(s) => *s,
+            _ => panic!("not a session"),
         }
     }
 }
@@ -199,6 +224,37 @@ impl Mirror {
     }
 }
 
+pub(crate) fn rule(
+    when: claude_host_testkit::fake::Match,
+    reply: claude_host_testkit::fake::Reply,
+) -> claude_host_testkit::fake::Rule {
+    claude_host_testkit::fake::Rule {
+        when,
+        reply,
+        times: None,
+    }
+}
+
+/// Reads a subscription until an action of type `ty` (with an origin, when `echo`).
+pub(crate) async fn until_kind(
+    sub: &mut ahp::SessionSubscription,
+    ty: &str,
+    echo: bool,
+) -> ActionEnvelope {
+    loop {
+        let ev = tokio::time::timeout(WAIT, sub.recv())
+            .await
+            .expect("an action in time")
+            .expect("the client is running");
+        if let SubscriptionEvent::Action(env) = ev
+            && kind(&env) == ty
+            && (!echo || env.origin.is_some())
+        {
+            return env;
+        }
+    }
+}
+
 pub(crate) fn kind(env: &ActionEnvelope) -> String {
     serde_json::to_value(&env.action).unwrap()["type"]
         .as_str()
@@ -208,7 +264,7 @@ pub(crate) fn kind(env: &ActionEnvelope) -> String {
 
 pub(crate) fn user_turn(turn_id: &str, text: &str) -> ahp_types::actions::StateAction {
     serde_json::from_value(json!({"type": "chat/turnStarted", "turnId": turn_id,
-        "startedAt": claude_host_agent::mapper::now_rfc3339(),
+        "startedAt": claude_host_protocol::time::now_rfc3339(),
         "message": {"text": text, "origin": {"kind": "user"}}}))
     .unwrap()
 }

@@ -3,16 +3,8 @@
 
 use super::*;
 use ahp::ClientError;
-use claude_host_testkit::fake::{Match, Reply, Rule};
+use claude_host_testkit::fake::{Match, Reply};
 use pretty_assertions::assert_eq;
-
-fn rule(when: Match, reply: Reply) -> Rule {
-    Rule {
-        when,
-        reply,
-        times: None,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_session_auth_turn_tool_confirmation_and_matching_state() {
@@ -148,13 +140,14 @@ async fn a_full_session_auth_turn_tool_confirmation_and_matching_state() {
     .unwrap();
     m.until("chat/turnComplete").await;
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "from ahp");
-    match e.host.channel(&session).await.unwrap().state() {
-        claude_host_ahp::channel::ChannelState::Session(s) => assert!(
-            s.input_needed.unwrap_or_default().is_empty(),
-            "nothing waits once the tool call is answered"
-        ),
-        _ => panic!("not a session"),
-    }
+    assert!(
+        e.server_session_state(&session)
+            .await
+            .input_needed
+            .unwrap_or_default()
+            .is_empty(),
+        "nothing waits once the tool call is answered"
+    );
 
     let deltas: Vec<String> = m
         .envelopes
@@ -268,11 +261,8 @@ async fn a_client_that_drops_mid_turn_reconnects_with_a_replay_without_gap_or_du
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gap_longer_than_the_replay_buffer_gets_snapshots() {
-    let e = env_with(HostConfig {
-        replay_buffer: 4,
-        ..Default::default()
-    })
-    .await;
+    // Sessions keep the agent's number of actions for replay.
+    let e = env_full(HostConfig::default(), |a| a.replay_buffer = 4, |_| {}).await;
     e.fake.push(rule(
         Match::LastUserContains("many".into()),
         Reply::many_deltas(40),

@@ -140,7 +140,7 @@ async fn resource_commands_stay_inside_the_working_directory() {
         async move {
             c.request::<_, Value>(
                 "resourceRead",
-                json!({"channel": "ahp-root://", "uri": claude_host_ahp::host::file_uri(&path),
+                json!({"channel": "ahp-root://", "uri": claude_host_protocol::uri::file_uri(&path),
                        "_meta": {"session": session}}),
             )
             .await
@@ -166,7 +166,7 @@ async fn resource_commands_stay_inside_the_working_directory() {
         .request(
             "resourceWrite",
             json!({"channel": "ahp-root://",
-                   "uri": claude_host_ahp::host::file_uri(&e.work().join("../planted.txt")),
+                   "uri": claude_host_protocol::uri::file_uri(&e.work().join("../planted.txt")),
                    "data": "eA==", "encoding": "base64", "_meta": {"session": session}}),
         )
         .await;

@@ -405,14 +405,25 @@ async fn run_streams_text_and_json_and_denies_tools_without_a_terminal() {
     c.args(["run", "--json", "hello run"]);
     let out = blocking(move || run(c)).await;
     assert!(out.status.success());
-    let types: Vec<String> = stdout(&out)
+    let lines: Vec<Value> = stdout(&out)
         .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["type"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
+    // The first line names the session, so a script can resume it.
+    let intro = &lines[0];
+    assert_eq!(intro["type"], "session");
+    assert!(
+        uuid::Uuid::parse_str(intro["id"].as_str().unwrap()).is_ok(),
+        "{intro}"
+    );
+    assert_eq!(intro["cwd"], h.cwd().display().to_string());
+    assert!(
+        intro["model"].as_str().unwrap().starts_with("claude-"),
+        "{intro}"
+    );
+    let types: Vec<String> = lines[1..]
+        .iter()
+        .map(|v| v["type"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(types.first().map(String::as_str), Some("chat/turnStarted"));
     assert_eq!(types.last().map(String::as_str), Some("chat/turnComplete"));
@@ -503,7 +514,7 @@ async fn run_keeps_the_session_overlay_and_resumes_with_history() {
     let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let s = &list["sessions"][0];
     assert_eq!(s["summary"], "remember mango", "the host's title");
-    assert_eq!(s["host"]["model"], "claude-sonnet-4-5");
+    assert_eq!(s["host"]["model"], "claude-sonnet-4.5", "the catalog's id");
     let id = s["id"].as_str().unwrap().to_owned();
 
     let mut c = h.cmd();

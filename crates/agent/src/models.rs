@@ -1,0 +1,250 @@
+//! Where sessions' model calls go: the proxy every CLI talks to, the upstream behind it, and
+//! the GitHub sign-in that chooses that upstream. The agent receives this edge as a
+//! [`ModelAccess`]; whoever runs the host starts the proxy and hands it over.
+
+use crate::AgentError;
+use ahp_types::state::{ProtectedResourceMetadata, SessionModelInfo};
+use async_trait::async_trait;
+use claude_host_proxy::ProxyHandle;
+use claude_host_upstream::signed_out::SignedOut;
+use claude_host_upstream::{CatalogModel, Upstream};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+
+/// The protected resource the agent needs a token for: a GitHub account with Copilot.
+pub const GITHUB_RESOURCE: &str = "https://api.github.com";
+
+/// The loopback endpoint a CLI is started with.
+#[derive(Clone)]
+pub struct ProxyEndpoint {
+    /// `ANTHROPIC_BASE_URL`.
+    pub base_url: String,
+    /// `ANTHROPIC_AUTH_TOKEN` (a secret).
+    pub token: String,
+}
+
+impl std::fmt::Debug for ProxyEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyEndpoint")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The model edge of the agent.
+#[async_trait]
+pub trait ModelAccess: Send + Sync + 'static {
+    /// The endpoint for a CLI of session `session_id`; `AuthRequired` before a sign-in.
+    fn endpoint(&self, session_id: &str) -> Result<ProxyEndpoint, AgentError>;
+    /// Whether an upstream is in place.
+    fn is_authenticated(&self) -> bool;
+    /// The Claude models on offer, the default first.
+    async fn catalog(&self) -> Result<Vec<CatalogModel>, AgentError>;
+    /// Accepts a GitHub token for `resource`: `Ok(false)` for a resource this host does not
+    /// use; an empty token signs out.
+    async fn authenticate(&self, resource: &str, token: &str) -> Result<bool, AgentError>;
+    /// Stops what this edge runs (the proxy), after every session is gone.
+    async fn shutdown(&self);
+}
+
+/// Builds the model upstream for a GitHub token (tests point it at the fake).
+pub trait UpstreamFactory: Send + Sync + 'static {
+    /// An upstream that authenticates with `github_token`.
+    fn for_github_token(&self, github_token: &str) -> Arc<dyn Upstream>;
+}
+
+impl<F> UpstreamFactory for F
+where
+    F: Fn(&str) -> Arc<dyn Upstream> + Send + Sync + 'static,
+{
+    fn for_github_token(&self, github_token: &str) -> Arc<dyn Upstream> {
+        self(github_token)
+    }
+}
+
+struct SignedIn {
+    /// The GitHub token it came from (empty for an upstream installed without one).
+    token: String,
+    upstream: Arc<dyn Upstream>,
+}
+
+/// [`ModelAccess`] over a running proxy: a sign-in swaps the upstream behind the same proxy,
+/// so running sessions keep their address and secret.
+pub struct ProxyModels {
+    proxy: ProxyHandle,
+    factory: Option<Arc<dyn UpstreamFactory>>,
+    // Held only to read or swap the current upstream, never across an await: a slow
+    // GitHub must not stall anyone else; a task would add a round trip to every lookup.
+    current: Mutex<Option<SignedIn>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl ProxyModels {
+    /// A proxy that waits for a GitHub sign-in (its upstream is replaced on the first one).
+    pub fn signed_out(proxy: ProxyHandle, factory: Arc<dyn UpstreamFactory>) -> ProxyModels {
+        proxy.set_upstream(Arc::new(SignedOut));
+        ProxyModels {
+            proxy,
+            factory: Some(factory),
+            current: Mutex::new(None),
+        }
+    }
+
+    /// A proxy with a fixed upstream (a replay file, the Anthropic API, a Copilot client from
+    /// stored credentials); `factory` allows later sign-ins.
+    pub fn with_upstream(
+        proxy: ProxyHandle,
+        upstream: Arc<dyn Upstream>,
+        factory: Option<Arc<dyn UpstreamFactory>>,
+    ) -> ProxyModels {
+        proxy.set_upstream(upstream.clone());
+        ProxyModels {
+            proxy,
+            factory,
+            current: Mutex::new(Some(SignedIn {
+                token: String::new(),
+                upstream,
+            })),
+        }
+    }
+
+    /// The proxy.
+    pub fn proxy(&self) -> &ProxyHandle {
+        &self.proxy
+    }
+
+    fn upstream(&self) -> Option<Arc<dyn Upstream>> {
+        lock(&self.current).as_ref().map(|s| s.upstream.clone())
+    }
+}
+
+/// The sign-in a client must provide, as RFC 9728 metadata.
+pub fn protected_resources() -> Vec<ProtectedResourceMetadata> {
+    let meta = json!({
+        "resource": GITHUB_RESOURCE,
+        "resource_name": "GitHub Copilot",
+        "authorization_servers": ["https://github.com/login/oauth"],
+        "scopes_supported": ["read:user", "user:email"],
+        "bearer_methods_supported": ["header"],
+        "required": true,
+    });
+    serde_json::from_value(meta).into_iter().collect()
+}
+
+/// The error before a sign-in.
+pub fn auth_required() -> AgentError {
+    AgentError::AuthRequired {
+        resources: protected_resources(),
+    }
+}
+
+#[async_trait]
+impl ModelAccess for ProxyModels {
+    fn endpoint(&self, session_id: &str) -> Result<ProxyEndpoint, AgentError> {
+        if !self.is_authenticated() {
+            return Err(auth_required());
+        }
+        Ok(ProxyEndpoint {
+            base_url: self.proxy.base_url(),
+            token: self.proxy.auth_token(session_id),
+        })
+    }
+
+    fn is_authenticated(&self) -> bool {
+        lock(&self.current).is_some()
+    }
+
+    async fn catalog(&self) -> Result<Vec<CatalogModel>, AgentError> {
+        let upstream = self.upstream().ok_or_else(auth_required)?;
+        Ok(upstream.catalog().await?.models)
+    }
+
+    async fn authenticate(&self, resource: &str, token: &str) -> Result<bool, AgentError> {
+        if resource.trim_end_matches('/') != GITHUB_RESOURCE {
+            return Ok(false);
+        }
+        if token.is_empty() {
+            // Sign-out: running CLIs get 401s from now on.
+            *lock(&self.current) = None;
+            self.proxy.set_upstream(Arc::new(SignedOut));
+            tracing::info!("signed out; sessions wait for a new GitHub token");
+            return Ok(true);
+        }
+        if lock(&self.current)
+            .as_ref()
+            .is_some_and(|s| s.token == token)
+        {
+            return Ok(true);
+        }
+        let factory = self.factory.as_ref().ok_or_else(|| {
+            AgentError::Unsupported("this host does not take GitHub tokens".into())
+        })?;
+        let upstream = factory.for_github_token(token);
+        // Checked before anything changes, without holding the lock: a refused token leaves
+        // the old state in place, and a slow GitHub stalls nobody else.
+        upstream.catalog().await?;
+        let mut current = lock(&self.current);
+        self.proxy.set_upstream(upstream.clone());
+        *current = Some(SignedIn {
+            token: token.to_owned(),
+            upstream,
+        });
+        drop(current);
+        tracing::info!("GitHub token accepted; the model proxy uses it");
+        Ok(true)
+    }
+
+    async fn shutdown(&self) {
+        self.proxy.shutdown().await;
+    }
+}
+
+/// A catalog model as an AHP model, with its effort levels as a config property.
+pub fn model_info(m: &CatalogModel) -> SessionModelInfo {
+    let mut info = json!({
+        "id": m.upstream_id, "provider": "claude", "name": m.display_name,
+        "_meta": {"sdkId": m.sdk_id, "isDefault": m.is_default},
+    });
+    if let Some(t) = m.max_prompt_tokens {
+        info["maxPromptTokens"] = json!(t);
+        info["maxContextWindow"] = json!(t);
+    }
+    if let Some(t) = m.max_output_tokens {
+        info["maxOutputTokens"] = json!(t);
+    }
+    if !m.effort_levels.is_empty() {
+        let default = if m.effort_levels.iter().any(|l| l == "medium") {
+            "medium".to_owned()
+        } else {
+            m.effort_levels[0].clone()
+        };
+        info["configSchema"] = json!({"type": "object", "properties": {"effort": {
+            "type": "string", "title": "Thinking effort", "enum": m.effort_levels,
+            "default": default}}});
+    }
+    serde_json::from_value(info).unwrap_or_else(|e| {
+        tracing::error!(error = %e, model = %m.upstream_id, "cannot describe a model");
+        SessionModelInfo {
+            id: m.upstream_id.clone(),
+            provider: "claude".into(),
+            name: m.display_name.clone(),
+            max_context_window: None,
+            max_output_tokens: None,
+            max_prompt_tokens: None,
+            supports_vision: None,
+            policy_state: None,
+            config_schema: None,
+            meta: None,
+        }
+    })
+}
+
+/// Whether `model` names a catalog model (Copilot or Claude Code form).
+pub fn find<'a>(catalog: &'a [CatalogModel], model: &str) -> Option<&'a CatalogModel> {
+    catalog
+        .iter()
+        .find(|m| m.upstream_id == model || m.sdk_id == model)
+}

@@ -1,0 +1,958 @@
+//! The session task: the one owner of a session. It reads the CLI's frames all the time
+//! (so turns Claude Code starts by itself show up as they happen), answers the CLI's
+//! permission requests through the client, carries out commands in the order they come, and
+//! reduces every action into the session's AHP state before publishing it. Nothing that can
+//! take long (starting a CLI, a control round trip) runs inline: it runs beside the task and
+//! reports back as an [`Internal`] message, so a subscribe or a dispatch is never stuck behind it.
+
+mod cli;
+mod disk;
+mod dispatch;
+mod input;
+mod settings;
+mod turns;
+
+use super::bridge::Bridge;
+use super::{
+    ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionHandle,
+    SessionNotice, SessionSnapshot, SessionStatus, SessionUris, Shared,
+};
+use crate::actions::{self, Ready};
+use crate::config;
+use crate::mapper::{self, TurnMapper};
+use crate::outbox::{Outbox, Published, Replay, Sequence};
+use crate::questions;
+use ahp::reducers::{ReduceOutcome, apply_action_to_chat, apply_action_to_session};
+use ahp_types::actions::{
+    ActionOrigin, ChatInputCompletedAction, ChatPendingMessageRemovedAction,
+    ChatPendingMessageSetAction, ChatQueuedMessagesReorderedAction, ChatToolCallConfirmedAction,
+    ChatTruncatedAction, ChatTurnCancelledAction, ChatTurnStartedAction, StateAction,
+};
+use ahp_types::common::JsonObject;
+use ahp_types::notifications::PartialSessionSummary;
+use ahp_types::state::{
+    ChatInputResponseKind, ChatState, ChatSummary, Message, MessageKind, PendingMessageKind,
+    ResponsePart, SessionLifecycle, SessionModelInfo, SessionState, ToolCallConfirmationState,
+    ToolCallState, ToolInput, Turn,
+};
+use claude_host_protocol::frames::{CanUseTool, CommandState, ResultFrame, RunState};
+use claude_host_protocol::stream_json::{Frame, Typed};
+use claude_host_protocol::time::{now_millis, now_rfc3339, rfc3339_from_millis};
+use claude_host_protocol::uri::file_uri;
+use claude_host_sdk::{ClaudeSession, PermissionResult, SessionError, SessionOptions};
+use claude_host_store::{SessionRecord, Store};
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+/// Session status bits (`SessionStatus` in AHP).
+pub(crate) mod status {
+    pub const IDLE: u32 = 1;
+    pub const ERROR: u32 = 2;
+    pub const IN_PROGRESS: u32 = 8;
+    pub const INPUT_NEEDED: u32 = 24;
+}
+
+/// What the model is told when the user says no (VS Code's wording).
+const DECLINED: &str = "User declined";
+const PLAN_DECLINED: &str = "The user declined the plan, maybe ask why?";
+const QUESTION_CANCELLED: &str = "The user cancelled the question";
+/// How long writing a prompt to the CLI may take before the CLI counts as stuck.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Commands a session takes before senders wait.
+const COMMAND_QUEUE: usize = 1024;
+/// The live fan-out ring; a subscriber further behind catches up from the replay ring.
+const LIVE_SLOTS: usize = 256;
+
+pub(crate) type Done = oneshot::Sender<Result<String, ChatSessionError>>;
+type Reply<T> = oneshot::Sender<Result<T, ChatSessionError>>;
+
+/// What a session is asked to do.
+pub(crate) enum Command {
+    Subscribe {
+        reply: oneshot::Sender<(SessionSnapshot, broadcast::Receiver<Arc<Published>>)>,
+    },
+    Replay {
+        after: u64,
+        reply: oneshot::Sender<Option<Replay>>,
+    },
+    Snapshot {
+        reply: oneshot::Sender<SessionSnapshot>,
+    },
+    Prompt {
+        text: String,
+        done: Done,
+    },
+    Dispatch {
+        kind: ChannelKind,
+        action: Box<StateAction>,
+        origin: ActionOrigin,
+    },
+    Steer {
+        text: String,
+        reply: Reply<Option<String>>,
+    },
+    Confirm {
+        id: String,
+        decision: Confirmation,
+        reply: Reply<()>,
+    },
+    Answer {
+        id: String,
+        answer: InputReply,
+        reply: Reply<()>,
+    },
+    Abort {
+        reply: oneshot::Sender<()>,
+    },
+    Configure {
+        values: JsonObject,
+        reply: Reply<()>,
+    },
+    UpdateOptions {
+        change: Box<dyn FnOnce(&mut SessionOptions) + Send>,
+        reply: oneshot::Sender<()>,
+    },
+    Truncate {
+        keep: Keep,
+        reply: Reply<()>,
+    },
+    Fork {
+        keep_turns: usize,
+        reply: Reply<ForkedSession>,
+    },
+    Warm {
+        reply: Reply<()>,
+    },
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// How much a truncation keeps.
+pub(crate) enum Keep {
+    /// The first n turns.
+    Turns(usize),
+    /// Up to and including this turn (`None`: nothing).
+    After(Option<String>),
+}
+
+/// What jobs beside the task and the CLI's callbacks report.
+pub(crate) enum Internal {
+    Started {
+        generation: u64,
+        result: Result<Box<ClaudeSession>, String>,
+    },
+    Permission {
+        generation: u64,
+        request: Box<CanUseTool>,
+        reply: oneshot::Sender<PermissionResult>,
+    },
+    Withdrawn {
+        generation: u64,
+        tool_use_id: String,
+    },
+    Applied {
+        generation: u64,
+        result: Result<(), String>,
+    },
+    /// Move a waiting turn or the queue forward (from a handler that cannot await).
+    Pump,
+}
+
+/// The host's overlay record of a session, as the task knows it.
+#[derive(Debug, Clone)]
+pub(crate) enum Overlay {
+    /// No store.
+    Off,
+    /// The store could not be read: never write, so nothing it holds is overwritten.
+    Unknown,
+    /// What the store holds (`None`: nothing yet).
+    Known(Option<SessionRecord>),
+}
+
+/// Everything a session task starts from.
+pub(crate) struct SessionSpec {
+    pub id: String,
+    pub uris: SessionUris,
+    pub opts: SessionOptions,
+    pub working_directories: Vec<PathBuf>,
+    pub models: Vec<SessionModelInfo>,
+    pub allow_bypass: bool,
+    pub title: String,
+    pub turns: Vec<Turn>,
+    /// A transcript exists under `id`: the first CLI resumes it.
+    pub resumable: bool,
+    pub created_at: i64,
+    pub store: Option<Arc<dyn Store>>,
+    pub overlay: Overlay,
+    pub seq: Sequence,
+    pub replay_capacity: usize,
+    pub abort_grace: Duration,
+    /// Close the session after this long unused (restored sessions).
+    pub idle_eviction: Option<Duration>,
+    pub notices: broadcast::Sender<SessionNotice>,
+    /// Counts running session tasks.
+    pub live_tasks: Arc<AtomicUsize>,
+    /// Called with the session's instance number as its task ends (removes it from the
+    /// registry).
+    pub on_exit: Box<dyn FnOnce(u64) + Send + Sync>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Settings {
+    model: Option<String>,
+    effort: Option<String>,
+    permission_mode: Option<String>,
+}
+
+enum Cli {
+    None,
+    Starting(tokio::task::JoinHandle<()>),
+    Live(Arc<ClaudeSession>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The prompt is not written yet (the CLI starts, settles or takes settings first).
+    Waiting,
+    /// The CLI has it.
+    Sent,
+}
+
+struct ActiveTurn {
+    id: String,
+    mapper: TurnMapper,
+    /// The uuid of our user message; empty for a turn Claude Code started by itself.
+    command: String,
+    /// What to write.
+    content: Value,
+    phase: Phase,
+    /// Where our command is in the CLI's queue (`None`: not reported; older CLIs).
+    ours: Option<CommandState>,
+    /// A `result` held back while a steering message is still to run.
+    held: Option<ResultFrame>,
+    done: Option<Done>,
+}
+
+struct Queued {
+    id: String,
+    message: Message,
+    done: Option<Done>,
+}
+
+struct Steering {
+    /// The client's id.
+    id: String,
+    /// The uuid it went to the CLI with.
+    cli_uuid: String,
+}
+
+enum Waiter {
+    Tool {
+        turn_id: String,
+        reply: oneshot::Sender<PermissionResult>,
+        input: Value,
+        plan: bool,
+    },
+    Question {
+        reply: oneshot::Sender<PermissionResult>,
+        input: Value,
+    },
+}
+
+/// A settings change waiting for, or being applied to, the live CLI.
+struct PendingConfig {
+    values: JsonObject,
+    target: Settings,
+    origin: Option<ActionOrigin>,
+    echo: Option<StateAction>,
+    reply: Option<Reply<()>>,
+    /// From a turn's message: if the CLI refuses it, that turn fails.
+    for_turn: bool,
+}
+
+/// An interrupted turn whose frames are still coming (it has already ended in the state).
+struct Settling {
+    deadline: Instant,
+    killed: bool,
+}
+
+/// Writes overlay records off the task, latest first: a record superseded before it was
+/// written is skipped.
+struct Writer {
+    records: watch::Sender<Option<(u64, SessionRecord)>>,
+    /// The version of the last record written (or given up on).
+    written: watch::Receiver<u64>,
+    job: tokio::task::JoinHandle<()>,
+}
+
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+/// Starts a session task; returns its handle.
+pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
+    let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
+    let (internal_tx, internal) = mpsc::unbounded_channel();
+    let settings = Settings {
+        model: spec.opts.model.clone(),
+        effort: spec.opts.effort.clone(),
+        permission_mode: spec.opts.permission_mode.clone(),
+    };
+    let schema = config::schema(&spec.models, spec.allow_bypass);
+    let mut values = JsonObject::new();
+    if let Some(m) = &settings.model {
+        values.insert(config::MODEL.into(), json!(m));
+    }
+    if let Some(e) = &settings.effort {
+        values.insert(config::EFFORT.into(), json!(e));
+    }
+    values.insert(
+        config::PERMISSION_MODE.into(),
+        json!(settings.permission_mode.as_deref().unwrap_or("default")),
+    );
+    let values = config::with_defaults(&schema, values);
+    let now = rfc3339_from_millis(now_millis());
+    let mut chat = empty_chat(&spec.uris.chat, &spec.title);
+    chat.turns = spec.turns;
+    let session = SessionState {
+        provider: "claude".into(),
+        title: spec.title.clone(),
+        status: status::IDLE,
+        activity: None,
+        origin: None,
+        project: None,
+        working_directories: Some(
+            spec.working_directories
+                .iter()
+                .map(|d| file_uri(d))
+                .collect(),
+        ),
+        annotations: None,
+        lifecycle: SessionLifecycle::Ready,
+        creation_error: None,
+        server_tools: None,
+        active_clients: Vec::new(),
+        chats: vec![ChatSummary {
+            resource: spec.uris.chat.clone(),
+            title: spec.title.clone(),
+            status: status::IDLE,
+            activity: None,
+            modified_at: now,
+            changes: None,
+            origin: None,
+            movable: None,
+            interactivity: None,
+            working_directories: None,
+        }],
+        default_chat: Some(spec.uris.chat.clone()),
+        config: Some(config::state(schema, values)),
+        customizations: None,
+        changesets: None,
+        input_needed: None,
+        meta: None,
+    };
+    let initial = SessionStatus {
+        model: settings.model.clone(),
+        effort: settings.effort.clone(),
+        permission_mode: settings.permission_mode.clone(),
+        claude_session_id: spec.resumable.then(|| spec.id.clone()),
+        title: spec.title.clone(),
+        working_directories: spec.working_directories.clone(),
+        ..SessionStatus::default()
+    };
+    let (status_tx, status_rx) = watch::channel(initial);
+    let handle = SessionHandle(Arc::new(Shared {
+        id: spec.id.clone(),
+        uris: spec.uris.clone(),
+        instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+        commands: commands_tx,
+        status: status_rx,
+    }));
+    let turns_started = chat.turns.len();
+    let instance = handle.instance();
+    spec.live_tasks.fetch_add(1, Ordering::SeqCst);
+    let task = Task {
+        exit: Some(Exit {
+            on_exit: spec.on_exit,
+            live_tasks: spec.live_tasks,
+            instance,
+        }),
+        id: spec.id,
+        uris: spec.uris,
+        session,
+        chat,
+        outbox: Outbox::new(spec.seq, spec.replay_capacity, LIVE_SLOTS),
+        status: status_tx,
+        notices: spec.notices,
+        commands,
+        internal_tx,
+        internal,
+        opts: spec.opts,
+        working_directories: spec.working_directories,
+        allow_bypass: spec.allow_bypass,
+        models: spec.models,
+        settings: settings.clone(),
+        cli_settings: settings,
+        cli: Cli::None,
+        generation: 0,
+        materializations: 0,
+        resumable: spec.resumable,
+        restart_needed: false,
+        resume_at: None,
+        turn: None,
+        settling: None,
+        queue: VecDeque::new(),
+        steering: Vec::new(),
+        waiting: HashMap::new(),
+        notes: Vec::new(),
+        applying: None,
+        config_queue: VecDeque::new(),
+        warm_waiters: Vec::new(),
+        turns_started,
+        abort_grace: spec.abort_grace,
+        store: spec.store,
+        archived: matches!(&spec.overlay, Overlay::Known(Some(r)) if r.archived),
+        overlay: spec.overlay,
+        created_at: spec.created_at,
+        writer: None,
+        saved: 0,
+        idle_eviction: spec.idle_eviction,
+        idle_since: None,
+        closing: false,
+        close_waiters: Vec::new(),
+    };
+    tokio::spawn(task.run());
+    handle
+}
+
+/// An empty chat state.
+pub(crate) fn empty_chat(uri: &str, title: &str) -> ChatState {
+    ChatState {
+        resource: uri.to_owned(),
+        title: title.to_owned(),
+        status: status::IDLE,
+        activity: None,
+        modified_at: now_rfc3339(),
+        changes: None,
+        origin: None,
+        movable: None,
+        interactivity: None,
+        working_directories: None,
+        changesets: None,
+        background_work: None,
+        canvases: None,
+        turns: Vec::new(),
+        turns_next_cursor: None,
+        active_turn: None,
+        steering_message: None,
+        queued_messages: None,
+        draft: None,
+        meta: None,
+    }
+}
+
+fn deny(message: &str) -> PermissionResult {
+    PermissionResult::Deny {
+        message: message.into(),
+        interrupt: false,
+    }
+}
+
+fn summary_changes() -> PartialSessionSummary {
+    serde_json::from_value(json!({})).unwrap_or_else(|e| {
+        // Every field of a partial summary is optional; this cannot fail.
+        tracing::error!(error = %e, "cannot build an empty summary change");
+        PartialSessionSummary {
+            provider: None,
+            title: None,
+            status: None,
+            activity: None,
+            origin: None,
+            project: None,
+            working_directories: None,
+            annotations: None,
+            resource: None,
+            created_at: None,
+            modified_at: None,
+            changes: None,
+            meta: None,
+            chats: None,
+            default_chat: None,
+        }
+    })
+}
+
+async fn recv_frame(cli: Option<&ClaudeSession>) -> Option<Result<Frame, SessionError>> {
+    match cli {
+        Some(c) => c.recv_frame().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What the end of a task undoes: its registry entry and its count.
+struct Exit {
+    on_exit: Box<dyn FnOnce(u64) + Send + Sync>,
+    live_tasks: Arc<AtomicUsize>,
+    instance: u64,
+}
+
+struct Task {
+    exit: Option<Exit>,
+    id: String,
+    uris: SessionUris,
+    // The state: reduced here and nowhere else.
+    session: SessionState,
+    chat: ChatState,
+    outbox: Outbox,
+    status: watch::Sender<SessionStatus>,
+    notices: broadcast::Sender<SessionNotice>,
+    commands: mpsc::Receiver<Command>,
+    internal_tx: mpsc::UnboundedSender<Internal>,
+    internal: mpsc::UnboundedReceiver<Internal>,
+    // The CLI.
+    opts: SessionOptions,
+    working_directories: Vec<PathBuf>,
+    allow_bypass: bool,
+    models: Vec<SessionModelInfo>,
+    /// The settings in force (what the state shows).
+    settings: Settings,
+    /// The settings the live CLI has.
+    cli_settings: Settings,
+    cli: Cli,
+    generation: u64,
+    materializations: usize,
+    resumable: bool,
+    restart_needed: bool,
+    resume_at: Option<String>,
+    // Turns.
+    turn: Option<ActiveTurn>,
+    settling: Option<Settling>,
+    queue: VecDeque<Queued>,
+    steering: Vec<Steering>,
+    waiting: HashMap<String, Waiter>,
+    /// Background tasks that finished since the last turn (a turn Claude Code starts by
+    /// itself is named after them).
+    notes: Vec<String>,
+    applying: Option<PendingConfig>,
+    config_queue: VecDeque<PendingConfig>,
+    warm_waiters: Vec<Reply<()>>,
+    turns_started: usize,
+    abort_grace: Duration,
+    // Persistence.
+    store: Option<Arc<dyn Store>>,
+    overlay: Overlay,
+    created_at: i64,
+    /// Archived by a client (kept in the overlay).
+    archived: bool,
+    writer: Option<Writer>,
+    /// Overlay records handed to the writer so far.
+    saved: u64,
+    // Lifecycle.
+    idle_eviction: Option<Duration>,
+    idle_since: Option<Instant>,
+    closing: bool,
+    close_waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl Task {
+    async fn run(mut self) {
+        loop {
+            // The future owns its handle on the CLI, so none is left over while a handler
+            // runs (a CLI held only here can be closed gracefully).
+            let frames = {
+                let cli = match &self.cli {
+                    Cli::Live(c) => Some(c.clone()),
+                    _ => None,
+                };
+                async move { recv_frame(cli.as_deref()).await }
+            };
+            let deadline = self.deadline();
+            tokio::select! {
+                biased;
+                Some(msg) = self.internal.recv() => self.on_internal(msg).await,
+                cmd = self.commands.recv() => match cmd {
+                    Some(c) => self.on_command(c).await,
+                    // Every handle is gone: nobody can use the session any more.
+                    None => self.closing = true,
+                },
+                item = frames => self.on_frame(item).await,
+                () = sleep_until(deadline) => self.on_deadline(),
+            }
+            self.sync_status();
+            if self.closing {
+                break;
+            }
+        }
+        self.shut_down().await;
+    }
+
+    // ─── Publishing: reduce, then publish ─────────────────────────────────────
+
+    fn publish(&mut self, kind: ChannelKind, action: StateAction, origin: Option<ActionOrigin>) {
+        let outcome = match kind {
+            ChannelKind::Session => apply_action_to_session(&mut self.session, &action),
+            ChannelKind::Chat => apply_action_to_chat(&mut self.chat, &action),
+        };
+        if !matches!(outcome, ReduceOutcome::Applied) {
+            tracing::debug!(session = %self.id, action = actions::kind(&action), ?outcome, "action did not change the state");
+        }
+        let channel = match kind {
+            ChannelKind::Session => self.uris.session.clone(),
+            ChannelKind::Chat => self.uris.chat.clone(),
+        };
+        self.outbox.publish(&channel, action, origin, None);
+    }
+
+    fn chat(&mut self, action: StateAction) {
+        self.publish(ChannelKind::Chat, action, None);
+    }
+
+    fn chat_all(&mut self, actions: Vec<StateAction>) {
+        for a in actions {
+            self.chat(a);
+        }
+    }
+
+    fn session(&mut self, action: StateAction) {
+        self.publish(ChannelKind::Session, action, None);
+    }
+
+    /// A dispatched action refused: echoed with the reason, the state untouched.
+    fn reject(
+        &mut self,
+        kind: ChannelKind,
+        action: StateAction,
+        origin: ActionOrigin,
+        why: String,
+    ) {
+        tracing::info!(session = %self.id, action = actions::kind(&action), reason = %why, "rejected a dispatched action");
+        let channel = match kind {
+            ChannelKind::Session => self.uris.session.clone(),
+            ChannelKind::Chat => self.uris.chat.clone(),
+        };
+        self.outbox
+            .publish(&channel, action, Some(origin), Some(why));
+    }
+
+    fn notice(&self, changes: PartialSessionSummary) {
+        let _ = self.notices.send(SessionNotice::Changed {
+            session: self.uris.session.clone(),
+            changes: Box::new(changes),
+        });
+    }
+
+    fn notice_status(&self, st: u32) {
+        let mut c = summary_changes();
+        c.status = Some(st);
+        c.modified_at = Some(now_rfc3339());
+        self.notice(c);
+    }
+
+    fn sync_status(&self) {
+        let turn = self.turn.as_ref();
+        let mut confirmations = Vec::new();
+        let mut inputs = Vec::new();
+        for (id, w) in &self.waiting {
+            match w {
+                Waiter::Tool { .. } => confirmations.push(id.clone()),
+                Waiter::Question { .. } => inputs.push(id.clone()),
+            }
+        }
+        confirmations.sort();
+        inputs.sort();
+        let now = SessionStatus {
+            turn: turn.map(|t| t.id.clone()),
+            confirmations,
+            inputs,
+            model: self.settings.model.clone(),
+            effort: self.settings.effort.clone(),
+            permission_mode: self.settings.permission_mode.clone(),
+            cli_pgid: match &self.cli {
+                Cli::Live(c) => c.pgid(),
+                _ => None,
+            },
+            materializations: self.materializations,
+            claude_session_id: self.resumable.then(|| self.id.clone()),
+            title: self.session.title.clone(),
+            working_directories: self.working_directories.clone(),
+            tracked_tool_calls: turn.map_or(0, |t| t.mapper.tracked()),
+            closed: self.closing,
+        };
+        self.status.send_if_modified(|s| {
+            if *s == now {
+                return false;
+            }
+            *s = now;
+            true
+        });
+    }
+
+    // ─── Commands ─────────────────────────────────────────────────────────────
+
+    async fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Subscribe { reply } => {
+                let live = self.outbox.subscribe();
+                let out = (self.snapshot(), live);
+                self.deliver(reply, out);
+            }
+            Command::Replay { after, reply } => {
+                let out = self.outbox.replay_after(after);
+                self.deliver(reply, out);
+            }
+            Command::Snapshot { reply } => {
+                let out = self.snapshot();
+                self.deliver(reply, out);
+            }
+            Command::Prompt { text, done } => self.prompt(text, done).await,
+            Command::Dispatch {
+                kind,
+                action,
+                origin,
+            } => self.dispatch(kind, *action, origin).await,
+            Command::Steer { text, reply } => {
+                if !self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent) {
+                    self.deliver(reply, Ok(None));
+                    return;
+                }
+                let id = uuid::Uuid::new_v4().to_string();
+                let message = actions::message(&text, MessageKind::User);
+                let r = match self.steer(&id, message, None, None).await {
+                    Ok(()) => Ok(Some(id)),
+                    Err(e) => Err(ChatSessionError::Refused(e)),
+                };
+                self.deliver(reply, r);
+            }
+            Command::Confirm {
+                id,
+                decision,
+                reply,
+            } => {
+                let out = self.confirm(&id, decision, None, None);
+                self.deliver(reply, out);
+            }
+            Command::Answer { id, answer, reply } => {
+                let out = self.answer(&id, answer, None, None);
+                self.deliver(reply, out);
+            }
+            Command::Abort { reply } => {
+                if self.turn.is_some() {
+                    self.cancel_turn(None, None);
+                }
+                self.deliver(reply, ());
+            }
+            Command::Configure { values, reply } => {
+                self.configure(PendingConfig {
+                    values,
+                    target: Settings::default(),
+                    origin: None,
+                    echo: None,
+                    reply: Some(reply),
+                    for_turn: false,
+                });
+            }
+            Command::UpdateOptions { change, reply } => {
+                change(&mut self.opts);
+                self.restart_needed = true;
+                self.deliver(reply, ());
+            }
+            Command::Truncate { keep, reply } => {
+                let r = self.truncate(keep, None).await;
+                self.deliver(reply, r.map_err(ChatSessionError::Refused));
+            }
+            Command::Fork { keep_turns, reply } => {
+                let out = self.fork(keep_turns).await;
+                self.deliver(reply, out);
+            }
+            Command::Warm { reply } => self.warm(reply),
+            Command::Flush { reply } => self.flush(reply),
+            Command::Close { reply } => {
+                self.close_waiters.push(reply);
+                self.closing = true;
+            }
+        }
+    }
+
+    /// Answers a command; the status watch is brought up to date first, so whoever gets the
+    /// answer and then reads the status sees what the answer says.
+    fn deliver<T>(&self, tx: oneshot::Sender<T>, value: T) {
+        self.sync_status();
+        let _ = tx.send(value);
+    }
+
+    fn snapshot(&self) -> SessionSnapshot {
+        SessionSnapshot {
+            session: self.session.clone(),
+            chat: self.chat.clone(),
+            seq: self.outbox.seq(),
+        }
+    }
+
+    fn warm(&mut self, reply: Reply<()>) {
+        if self.closing {
+            self.deliver(reply, Err(ChatSessionError::Closed));
+            return;
+        }
+        match &self.cli {
+            Cli::Live(_) => {
+                self.deliver(reply, Ok(()));
+            }
+            Cli::Starting(_) => self.warm_waiters.push(reply),
+            Cli::None => {
+                self.warm_waiters.push(reply);
+                self.start_cli();
+            }
+        }
+    }
+
+    // ─── Deadlines and the end ────────────────────────────────────────────────
+
+    fn quiet(&self) -> bool {
+        self.turn.is_none()
+            && matches!(self.cli, Cli::None)
+            && self.waiting.is_empty()
+            && self.queue.is_empty()
+            && self.applying.is_none()
+    }
+
+    fn deadline(&mut self) -> Option<Instant> {
+        let settle = self
+            .settling
+            .as_ref()
+            .filter(|s| !s.killed)
+            .map(|s| s.deadline);
+        let evict = match self.idle_eviction {
+            Some(idle) if self.quiet() => {
+                if self.outbox.subscribers() > 0 {
+                    self.idle_since = None;
+                    // Unsubscribing does not wake the task: look again later.
+                    Some(Instant::now() + idle)
+                } else {
+                    Some(*self.idle_since.get_or_insert_with(Instant::now) + idle)
+                }
+            }
+            _ => {
+                self.idle_since = None;
+                None
+            }
+        };
+        match (settle, evict) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn on_deadline(&mut self) {
+        let now = Instant::now();
+        if let Some(s) = self.settling.as_mut()
+            && !s.killed
+            && now >= s.deadline
+        {
+            s.killed = true;
+            tracing::warn!(session = %self.id, grace = ?self.abort_grace, "the turn did not settle after an interrupt; killing the CLI");
+            if let Cli::Live(cli) = &self.cli {
+                cli.kill();
+            }
+        }
+        if let (Some(idle), Some(since)) = (self.idle_eviction, self.idle_since)
+            && self.quiet()
+            && self.outbox.subscribers() == 0
+            && now >= since + idle
+        {
+            tracing::info!(session = %self.id, "closing a session nobody uses");
+            self.closing = true;
+        }
+    }
+
+    async fn shut_down(&mut self) {
+        self.closing = true;
+        if self.turn.is_some() {
+            self.cancel_turn(None, None);
+        }
+        self.refuse_waiting();
+        for q in std::mem::take(&mut self.queue) {
+            if let Some(done) = q.done {
+                self.deliver(done, Err(ChatSessionError::Closed));
+            }
+        }
+        for w in std::mem::take(&mut self.warm_waiters) {
+            self.deliver(w, Err(ChatSessionError::Closed));
+        }
+        if let Some(p) = self.applying.take()
+            && let Some(r) = p.reply
+        {
+            let _ = r.send(Err(ChatSessionError::Closed));
+        }
+        self.stop_cli().await;
+        // A CLI that finished starting meanwhile is dropped here, which kills its group.
+        while let Ok(msg) = self.internal.try_recv() {
+            drop(msg);
+        }
+        if let Some(w) = self.writer.take() {
+            drop(w.records);
+            let _ = w.job.await;
+        }
+        self.sync_status();
+        // Commands that arrived meanwhile learn the session is closed.
+        self.commands.close();
+        while let Ok(cmd) = self.commands.try_recv() {
+            refuse_command(cmd);
+        }
+        // Before the command channel closes (the last thing): whoever waits for it sees the
+        // session gone from the registry and the count.
+        if let Some(exit) = self.exit.take() {
+            (exit.on_exit)(exit.instance);
+            exit.live_tasks.fetch_sub(1, Ordering::SeqCst);
+        }
+        for w in self.close_waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+}
+
+/// Answers a command that arrived as the session closed.
+fn refuse_command(cmd: Command) {
+    match cmd {
+        Command::Prompt { done, .. } => {
+            let _ = done.send(Err(ChatSessionError::Closed));
+        }
+        Command::Steer { reply, .. } => {
+            let _ = reply.send(Err(ChatSessionError::Closed));
+        }
+        Command::Confirm { reply, .. }
+        | Command::Answer { reply, .. }
+        | Command::Configure { reply, .. }
+        | Command::Truncate { reply, .. }
+        | Command::Warm { reply } => {
+            let _ = reply.send(Err(ChatSessionError::Closed));
+        }
+        Command::Fork { reply, .. } => {
+            let _ = reply.send(Err(ChatSessionError::Closed));
+        }
+        Command::Close { reply } | Command::Abort { reply } | Command::Flush { reply } => {
+            let _ = reply.send(());
+        }
+        Command::UpdateOptions { reply, .. } => {
+            let _ = reply.send(());
+        }
+        Command::Subscribe { .. }
+        | Command::Replay { .. }
+        | Command::Snapshot { .. }
+        | Command::Dispatch { .. } => {}
+    }
+}

@@ -1,0 +1,229 @@
+//! The CLI: its frames (read all the time), its start in a job beside the task, its end.
+
+use super::*;
+
+impl Task {
+    pub(super) async fn on_frame(&mut self, item: Option<Result<Frame, SessionError>>) {
+        match item {
+            Some(Ok(frame)) => match frame.typed() {
+                Ok(typed) => self.on_typed(typed),
+                Err(e) => {
+                    tracing::warn!(session = %self.id, error = %e, "a frame with unexpected fields; skipped");
+                }
+            },
+            Some(Err(e @ SessionError::Exited { .. })) => self.cli_exited(e),
+            Some(Err(e)) => tracing::warn!(session = %self.id, error = %e, "skipping a bad frame"),
+            None => self.cli_exited(SessionError::Write("the CLI's output ended".into())),
+        }
+        if self
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.phase == Phase::Waiting)
+        {
+            self.pump().await;
+        }
+    }
+
+    pub(super) fn on_typed(&mut self, typed: Typed) {
+        if let Some(settling) = &self.settling {
+            let ends = match &typed {
+                Typed::Result(_) => true,
+                Typed::SessionState(s) => s.run_state() == RunState::Idle,
+                _ => false,
+            };
+            if ends {
+                tracing::debug!(session = %self.id, killed = settling.killed, "the interrupted turn settled");
+                self.settling = None;
+                self.pump_later();
+            }
+            return;
+        }
+        if let Typed::TaskNotification(n) = &typed {
+            self.notes.push(n.describe());
+        }
+        if self.turn.is_none() {
+            if !mapper::shows_a_turn(&typed) {
+                return;
+            }
+            self.adopt();
+        }
+        let Some(mut turn) = self.turn.take() else {
+            return;
+        };
+        let mut end: Option<ResultFrame> = None;
+        let mut out = Vec::new();
+        let mut consumed = Vec::new();
+        match typed {
+            Typed::CommandLifecycle(c) => {
+                if !turn.command.is_empty() && c.command_uuid == turn.command {
+                    turn.ours = Some(c.command_state());
+                }
+                if c.command_state() == CommandState::Started {
+                    consumed.push(c.command_uuid);
+                }
+            }
+            Typed::SessionState(s) if s.run_state() == RunState::Idle => {
+                // The queue drained: a result held back for steering ends the turn.
+                end = turn.held.take();
+            }
+            Typed::Result(r) => {
+                if turn.phase == Phase::Waiting || turn.ours == Some(CommandState::Queued) {
+                    // A turn the CLI ran before our command started.
+                    tracing::debug!(session = %self.id, "a result before our command started; skipped");
+                } else if !self.steering.is_empty() {
+                    // A steering message still to run: this result ends only the step before it.
+                    turn.held = Some(r);
+                } else {
+                    end = Some(r);
+                }
+            }
+            other => out = turn.mapper.map(&other),
+        }
+        self.turn = Some(turn);
+        self.chat_all(out);
+        for uuid in consumed {
+            if let Some(at) = self.steering.iter().position(|s| s.cli_uuid == uuid) {
+                let s = self.steering.remove(at);
+                self.chat(actions::pending_removed(
+                    PendingMessageKind::Steering,
+                    &s.id,
+                ));
+            }
+        }
+        if let Some(r) = end {
+            self.end_turn_with(&r);
+        }
+    }
+
+    pub(super) fn cli_exited(&mut self, error: SessionError) {
+        if matches!(self.cli, Cli::None | Cli::Starting(_)) {
+            return;
+        }
+        tracing::info!(session = %self.id, error = %error, "the CLI exited");
+        self.cli = Cli::None;
+        self.settling = None;
+        self.refuse_waiting();
+        if self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent) {
+            self.fail_turn(
+                "cli_exited",
+                &error.to_string(),
+                ChatSessionError::Session(error),
+            );
+        }
+        // A turn still waiting starts a new CLI that resumes the session.
+        self.pump_later();
+    }
+
+    pub(super) fn start_cli(&mut self) {
+        self.generation += 1;
+        self.materializations += 1;
+        self.restart_needed = false;
+        let generation = self.generation;
+        let mut opts = self.opts.clone();
+        if self.resumable {
+            opts.resume = Some(self.id.clone());
+            opts.session_id = None;
+            opts.resume_session_at = self.resume_at.take();
+        } else {
+            opts.session_id = Some(self.id.clone());
+            opts.resume = None;
+        }
+        opts.model = self.settings.model.clone();
+        opts.effort = self.settings.effort.clone();
+        opts.permission_mode = self.settings.permission_mode.clone();
+        if self.allow_bypass {
+            // The CLI refuses bypassPermissions as root without this exact value.
+            opts.extra_env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        self.cli_settings = self.settings.clone();
+        let tx = self.internal_tx.clone();
+        let bridge = Arc::new(Bridge {
+            tx: tx.clone(),
+            generation,
+        });
+        let job = tokio::spawn(async move {
+            let result = async {
+                let cli = ClaudeSession::spawn(opts, bridge).map_err(|e| e.to_string())?;
+                cli.initialize(None, json!({}))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Box::new(cli))
+            }
+            .await;
+            // If the task is gone, the CLI is dropped here, which kills its group.
+            let _ = tx.send(Internal::Started { generation, result });
+        });
+        self.cli = Cli::Starting(job);
+    }
+
+    /// Closes the live CLI (gracefully when nothing else holds it, else by killing its group).
+    pub(super) async fn stop_cli(&mut self) {
+        match std::mem::replace(&mut self.cli, Cli::None) {
+            Cli::Live(cli) => match Arc::try_unwrap(cli) {
+                Ok(cli) => {
+                    let _ = cli.close().await;
+                }
+                Err(shared) => shared.kill(),
+            },
+            Cli::Starting(job) => {
+                job.abort();
+                // The aborted job drops a half-started CLI, which kills its group.
+                let _ = job.await;
+            }
+            Cli::None => {}
+        }
+        self.settling = None;
+    }
+
+    pub(super) async fn on_internal(&mut self, msg: Internal) {
+        match msg {
+            Internal::Started { generation, result } => {
+                if generation != self.generation || self.closing {
+                    return;
+                }
+                match result {
+                    Ok(cli) => {
+                        self.cli = Cli::Live(Arc::from(cli));
+                        for w in std::mem::take(&mut self.warm_waiters) {
+                            self.deliver(w, Ok(()));
+                        }
+                        self.sync_settings();
+                        self.pump().await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(session = %self.id, error = %e, "the CLI did not start");
+                        self.cli = Cli::None;
+                        for w in std::mem::take(&mut self.warm_waiters) {
+                            self.deliver(w, Err(ChatSessionError::Start(e.clone())));
+                        }
+                        let msg = format!("cannot start Claude Code: {e}");
+                        self.fail_turn("cli_start_failed", &msg, ChatSessionError::Start(e));
+                    }
+                }
+            }
+            Internal::Permission {
+                generation,
+                request,
+                reply,
+            } => self.on_permission(generation, *request, reply).await,
+            Internal::Withdrawn {
+                generation,
+                tool_use_id,
+            } => {
+                if generation == self.generation
+                    && let Some(w) = self.waiting.remove(&tool_use_id)
+                {
+                    self.refuse(&tool_use_id, w);
+                }
+            }
+            Internal::Applied { generation, result } => {
+                self.applied(generation, result);
+                self.pump().await;
+            }
+            Internal::Pump => {
+                self.next_queued();
+                self.pump().await;
+            }
+        }
+    }
+}

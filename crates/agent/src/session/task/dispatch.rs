@@ -1,0 +1,301 @@
+//! Actions clients dispatch on the session's channels: each is carried out and echoed with
+//! its origin, or refused with a reason, in order with everything else.
+
+use super::*;
+
+impl Task {
+    pub(super) async fn dispatch(
+        &mut self,
+        kind: ChannelKind,
+        action: StateAction,
+        origin: ActionOrigin,
+    ) {
+        let copy = action.clone();
+        let outcome = match (kind, action) {
+            (ChannelKind::Chat, StateAction::ChatTurnStarted(a)) => self.client_turn(a, &origin),
+            (ChannelKind::Chat, StateAction::ChatToolCallConfirmed(a)) => {
+                self.client_confirm(a, &origin)
+            }
+            (ChannelKind::Chat, StateAction::ChatInputCompleted(a)) => {
+                self.client_answer(a, &origin)
+            }
+            (ChannelKind::Chat, StateAction::ChatPendingMessageSet(a)) => {
+                self.client_pending(a, &origin).await
+            }
+            (ChannelKind::Chat, StateAction::ChatPendingMessageRemoved(a)) => {
+                self.client_unqueue(a, &origin)
+            }
+            (ChannelKind::Chat, StateAction::ChatQueuedMessagesReordered(a)) => {
+                self.client_reorder(a, &origin)
+            }
+            (ChannelKind::Chat, StateAction::ChatTurnCancelled(a)) => {
+                self.client_cancel(a, &origin)
+            }
+            (ChannelKind::Chat, StateAction::ChatTruncated(a)) => {
+                self.truncate(
+                    Keep::After(a.turn_id.clone()),
+                    Some((StateAction::ChatTruncated(a), origin.clone())),
+                )
+                .await
+            }
+            (
+                ChannelKind::Chat,
+                a @ (StateAction::ChatDraftChanged(_)
+                | StateAction::ChatIsReadChanged(_)
+                | StateAction::ChatIsArchivedChanged(_)
+                | StateAction::ChatInputAnswerChanged(_)),
+            ) => {
+                self.publish(ChannelKind::Chat, a, Some(origin.clone()));
+                Ok(())
+            }
+            (ChannelKind::Session, StateAction::SessionConfigChanged(a)) => {
+                let values = a.config.clone();
+                self.configure(PendingConfig {
+                    values,
+                    target: Settings::default(),
+                    origin: Some(origin.clone()),
+                    echo: Some(StateAction::SessionConfigChanged(a)),
+                    reply: None,
+                    for_turn: false,
+                });
+                Ok(())
+            }
+            (ChannelKind::Session, StateAction::SessionTitleChanged(t)) => {
+                let title = t.title.clone();
+                self.publish(
+                    ChannelKind::Session,
+                    StateAction::SessionTitleChanged(t),
+                    Some(origin.clone()),
+                );
+                let mut c = summary_changes();
+                c.title = Some(title);
+                self.notice(c);
+                self.save();
+                Ok(())
+            }
+            (ChannelKind::Session, StateAction::SessionIsArchivedChanged(x)) => {
+                self.archived = x.is_archived;
+                self.publish(
+                    ChannelKind::Session,
+                    StateAction::SessionIsArchivedChanged(x),
+                    Some(origin.clone()),
+                );
+                self.save();
+                Ok(())
+            }
+            (
+                ChannelKind::Session,
+                a @ (StateAction::SessionIsReadChanged(_)
+                | StateAction::SessionActiveClientSet(_)
+                | StateAction::SessionActiveClientRemoved(_)),
+            ) => {
+                self.publish(ChannelKind::Session, a, Some(origin.clone()));
+                Ok(())
+            }
+            (ChannelKind::Session, a) => Err(format!(
+                "{} is not accepted on a session channel",
+                actions::kind(&a)
+            )),
+            (ChannelKind::Chat, a) => Err(format!(
+                "{} cannot be dispatched by a client",
+                actions::kind(&a)
+            )),
+        };
+        if let Err(why) = outcome {
+            self.reject(kind, copy, origin, why);
+        }
+    }
+
+    pub(super) fn client_turn(
+        &mut self,
+        a: ChatTurnStartedAction,
+        origin: &ActionOrigin,
+    ) -> Result<(), String> {
+        if a.turn_id.is_empty() {
+            return Err("chat/turnStarted needs a turnId".into());
+        }
+        if self.turn.is_some() {
+            return Err("a turn is already running in this chat".into());
+        }
+        if self.closing {
+            return Err("the session is closing".into());
+        }
+        // The model and effort picked for this turn become the session's.
+        let mut values = JsonObject::new();
+        if let Some(m) = &a.message.model {
+            let model = self.normalize_model(&m.id);
+            if self.settings.model.as_deref() != Some(model.as_str()) {
+                values.insert(config::MODEL.into(), json!(model));
+            }
+            if let Some(e) = m.config.as_ref().and_then(|c| c.get(config::EFFORT))
+                && self.settings.effort.as_ref().map(|s| json!(s)).as_ref() != Some(e)
+            {
+                values.insert(config::EFFORT.into(), e.clone());
+            }
+        }
+        if let Some(schema) = self.session.config.as_ref().map(|c| &c.schema) {
+            config::check(schema, &values)?;
+        }
+        let turn_id = a.turn_id.clone();
+        let message = a.message.clone();
+        self.start_turn(
+            turn_id,
+            message,
+            Some((StateAction::ChatTurnStarted(a), origin.clone())),
+            None,
+        );
+        if !values.is_empty() {
+            self.configure(PendingConfig {
+                values,
+                target: Settings::default(),
+                origin: None,
+                echo: None,
+                reply: None,
+                for_turn: true,
+            });
+        }
+        self.pump_later();
+        Ok(())
+    }
+
+    pub(super) fn client_confirm(
+        &mut self,
+        a: ChatToolCallConfirmedAction,
+        origin: &ActionOrigin,
+    ) -> Result<(), String> {
+        let decision = if a.approved {
+            Confirmation::Approve
+        } else {
+            Confirmation::Deny
+        };
+        let id = a.tool_call_id.clone();
+        self.confirm(
+            &id,
+            decision,
+            Some(origin.clone()),
+            Some(StateAction::ChatToolCallConfirmed(a)),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    pub(super) fn client_answer(
+        &mut self,
+        a: ChatInputCompletedAction,
+        origin: &ActionOrigin,
+    ) -> Result<(), String> {
+        let id = a.request_id.clone();
+        let answer = InputReply {
+            response: a.response,
+            answers: a.answers.clone().unwrap_or_default(),
+        };
+        self.answer(
+            &id,
+            answer,
+            Some(origin.clone()),
+            Some(StateAction::ChatInputCompleted(a)),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    pub(super) async fn client_pending(
+        &mut self,
+        a: ChatPendingMessageSetAction,
+        origin: &ActionOrigin,
+    ) -> Result<(), String> {
+        if a.id.is_empty() {
+            return Err("a pending message needs an id".into());
+        }
+        match a.kind {
+            PendingMessageKind::Steering => {
+                let id = a.id.clone();
+                let message = a.message.clone();
+                self.steer(
+                    &id,
+                    message,
+                    Some(origin.clone()),
+                    Some(StateAction::ChatPendingMessageSet(a)),
+                )
+                .await
+            }
+            PendingMessageKind::Queued => {
+                match self.queue.iter_mut().find(|q| q.id == a.id) {
+                    Some(q) => q.message = a.message.clone(),
+                    None => self.queue.push_back(Queued {
+                        id: a.id.clone(),
+                        message: a.message.clone(),
+                        done: None,
+                    }),
+                }
+                self.publish(
+                    ChannelKind::Chat,
+                    StateAction::ChatPendingMessageSet(a),
+                    Some(origin.clone()),
+                );
+                self.next_queued();
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn client_unqueue(
+        &mut self,
+        a: ChatPendingMessageRemovedAction,
+        origin: &ActionOrigin,
+    ) -> Result<(), String> {
+        if a.kind != PendingMessageKind::Queued {
+            return Err("a steering message cannot be taken back once sent".into());
+        }
+        let before = self.queue.len();
+        self.queue.retain(|q| q.id != a.id);
+        if self.queue.len() == before {
+            return Err(format!("no queued message {}", a.id));
+        }
+        self.publish(
+            ChannelKind::Chat,
+            StateAction::ChatPendingMessageRemoved(a),
+            Some(origin.clone()),
+        );
+        Ok(())
+    }
+
+    pub(super) fn client_reorder(
+        &mut self,
+        a: ChatQueuedMessagesReorderedAction,
+        origin: &ActionOrigin,
+    ) -> Result<(), String> {
+        let mut rest: Vec<Queued> = self.queue.drain(..).collect();
+        for id in &a.order {
+            if let Some(at) = rest.iter().position(|q| &q.id == id) {
+                self.queue.push_back(rest.remove(at));
+            }
+        }
+        self.queue.extend(rest);
+        self.publish(
+            ChannelKind::Chat,
+            StateAction::ChatQueuedMessagesReordered(a),
+            Some(origin.clone()),
+        );
+        Ok(())
+    }
+
+    pub(super) fn client_cancel(
+        &mut self,
+        a: ChatTurnCancelledAction,
+        origin: &ActionOrigin,
+    ) -> Result<(), String> {
+        match &self.turn {
+            None => Err("no turn is running".into()),
+            Some(t) if t.id != a.turn_id => Err(format!(
+                "turn {} is not the running turn ({})",
+                a.turn_id, t.id
+            )),
+            Some(_) => {
+                self.cancel_turn(
+                    Some(origin.clone()),
+                    Some(StateAction::ChatTurnCancelled(a)),
+                );
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The CLI's permission requests as pending confirmations and questions, settled by a client.
+
+use super::*;
+
+impl Task {
+    pub(super) async fn on_permission(
+        &mut self,
+        generation: u64,
+        request: CanUseTool,
+        reply: oneshot::Sender<PermissionResult>,
+    ) {
+        let live = match &self.cli {
+            Cli::Live(c) if generation == self.generation => c.clone(),
+            _ => {
+                let _ = reply.send(deny("Session is no longer active"));
+                return;
+            }
+        };
+        // Everything the CLI wrote before this request is already queued: take it first, so
+        // the tool call the request is about is in the state.
+        while let Some(item) = live.try_recv_frame() {
+            self.on_frame(Some(item)).await;
+        }
+        let id = request.tool_use_id.clone();
+        let tool = request.tool_name.clone();
+        let Some(turn) = self.turn.as_mut() else {
+            let _ = reply.send(deny("no turn in progress"));
+            return;
+        };
+        let turn_id = turn.id.clone();
+        let start = turn.mapper.asked(&id, &tool);
+        if let Some(a) = start {
+            self.chat(a);
+        }
+        let chat_uri = self.uris.chat.clone();
+        if tool == "AskUserQuestion" {
+            let req = questions::request(&id, &request.input);
+            self.chat(actions::input_requested(req.clone()));
+            self.session(actions::chat_input_needed(&chat_uri, req));
+            self.waiting.insert(
+                id,
+                Waiter::Question {
+                    reply,
+                    input: request.input,
+                },
+            );
+        } else {
+            let plan = tool == "ExitPlanMode";
+            let ready = if plan {
+                // The CLI hands over an empty input; the plan is in the model's tool call.
+                let text = request
+                    .input
+                    .get("plan")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        self.model_input(&id)
+                            .and_then(|i| i.get("plan").and_then(Value::as_str).map(str::to_owned))
+                    })
+                    .unwrap_or_default();
+                Ready {
+                    invocation: text,
+                    input: request.input.to_string(),
+                    confirmed: None,
+                    title: Some("Approve this plan and start editing?".into()),
+                }
+            } else {
+                Ready {
+                    invocation: request.description.clone().unwrap_or_else(|| tool.clone()),
+                    input: request.input.to_string(),
+                    confirmed: None,
+                    title: Some(
+                        request
+                            .title
+                            .clone()
+                            .unwrap_or_else(|| format!("Allow {tool}?")),
+                    ),
+                }
+            };
+            self.chat(actions::tool_call_ready(&turn_id, &id, ready));
+            if let Some(call) = self.pending_call(&id) {
+                self.session(actions::tool_confirmation_needed(&chat_uri, &turn_id, call));
+            }
+            self.waiting.insert(
+                id,
+                Waiter::Tool {
+                    turn_id,
+                    reply,
+                    input: request.input,
+                    plan,
+                },
+            );
+        }
+        self.notice_status(status::INPUT_NEEDED);
+    }
+
+    /// The running turn's tool call `id`, when it waits for a confirmation.
+    pub(super) fn pending_call(&self, id: &str) -> Option<ToolCallConfirmationState> {
+        self.chat
+            .active_turn
+            .as_ref()?
+            .response_parts
+            .iter()
+            .find_map(|p| match p {
+                ResponsePart::ToolCall(c) => match &c.tool_call {
+                    ToolCallState::PendingConfirmation(s) if s.tool_call_id == id => {
+                        Some(ToolCallConfirmationState::PendingConfirmation(s.clone()))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+    }
+
+    /// The input of a tool call of the running turn, as the model sent it.
+    pub(super) fn model_input(&self, id: &str) -> Option<Value> {
+        let parts = &self.chat.active_turn.as_ref()?.response_parts;
+        parts.iter().find_map(|p| {
+            let ResponsePart::ToolCall(c) = p else {
+                return None;
+            };
+            let input = match &c.tool_call {
+                ToolCallState::Running(s) if s.tool_call_id == id => s.tool_input.as_ref(),
+                ToolCallState::PendingConfirmation(s) if s.tool_call_id == id => {
+                    s.tool_input.as_ref()
+                }
+                ToolCallState::Completed(s) if s.tool_call_id == id => s.tool_input.as_ref(),
+                _ => None,
+            }?;
+            match input {
+                ToolInput::Inline(text) => serde_json::from_str(text).ok(),
+                ToolInput::ContentRef(_) => None,
+            }
+        })
+    }
+
+    pub(super) fn confirm(
+        &mut self,
+        id: &str,
+        decision: Confirmation,
+        origin: Option<ActionOrigin>,
+        echo: Option<StateAction>,
+    ) -> Result<(), ChatSessionError> {
+        let Some(Waiter::Tool {
+            turn_id,
+            reply,
+            input,
+            plan,
+        }) = self.take_waiter(id, true)
+        else {
+            return Err(ChatSessionError::NotPending(id.to_owned()));
+        };
+        let approved = decision == Confirmation::Approve;
+        let result = match (approved, plan) {
+            (true, false) => PermissionResult::Allow {
+                updated_input: input,
+                updated_permissions: None,
+            },
+            // The CLI applies the mode change itself; asking it to from inside its own
+            // permission callback would deadlock its control channel.
+            (true, true) => PermissionResult::Allow {
+                updated_input: input,
+                updated_permissions: Some(json!([{"type": "setMode",
+                    "mode": "acceptEdits", "destination": "session"}])),
+            },
+            (false, false) => deny(DECLINED),
+            (false, true) => deny(PLAN_DECLINED),
+        };
+        let _ = reply.send(result);
+        let action = echo.unwrap_or_else(|| actions::tool_call_confirmed(&turn_id, id, approved));
+        self.publish(ChannelKind::Chat, action, origin);
+        self.session(actions::input_needed_removed(id));
+        if plan && approved {
+            self.settings.permission_mode = Some("acceptEdits".into());
+            self.cli_settings.permission_mode = Some("acceptEdits".into());
+            let mut v = JsonObject::new();
+            v.insert(config::PERMISSION_MODE.into(), json!("acceptEdits"));
+            self.session(actions::config_changed(v));
+        }
+        if self.waiting.is_empty() {
+            self.notice_status(status::IN_PROGRESS);
+        }
+        Ok(())
+    }
+
+    pub(super) fn answer(
+        &mut self,
+        id: &str,
+        answer: InputReply,
+        origin: Option<ActionOrigin>,
+        echo: Option<StateAction>,
+    ) -> Result<(), ChatSessionError> {
+        let Some(Waiter::Question { reply, input }) = self.take_waiter(id, false) else {
+            return Err(ChatSessionError::NotPending(id.to_owned()));
+        };
+        let result = if answer.response == ChatInputResponseKind::Accept {
+            PermissionResult::Allow {
+                updated_input: questions::answered_input(input, &answer.answers),
+                updated_permissions: None,
+            }
+        } else {
+            deny(QUESTION_CANCELLED)
+        };
+        let _ = reply.send(result);
+        let action = echo.unwrap_or_else(|| {
+            actions::input_completed(id, answer.response, answer.answers.clone())
+        });
+        self.publish(ChannelKind::Chat, action, origin);
+        self.session(actions::input_needed_removed(id));
+        if self.waiting.is_empty() {
+            self.notice_status(status::IN_PROGRESS);
+        }
+        Ok(())
+    }
+
+    /// Takes a waiter of the right kind (a tool confirmation, or a question).
+    pub(super) fn take_waiter(&mut self, id: &str, tool: bool) -> Option<Waiter> {
+        let matches = match self.waiting.get(id)? {
+            Waiter::Tool { .. } => tool,
+            Waiter::Question { .. } => !tool,
+        };
+        if matches {
+            self.waiting.remove(id)
+        } else {
+            None
+        }
+    }
+
+    /// Refuses everything parked: tools denied, questions cancelled, each shown.
+    pub(super) fn refuse_waiting(&mut self) {
+        let parked: Vec<(String, Waiter)> = self.waiting.drain().collect();
+        for (id, w) in parked {
+            self.refuse(&id, w);
+        }
+    }
+
+    pub(super) fn refuse(&mut self, id: &str, w: Waiter) {
+        match w {
+            Waiter::Tool { turn_id, reply, .. } => {
+                let _ = reply.send(deny(DECLINED));
+                self.chat(actions::tool_call_confirmed(&turn_id, id, false));
+            }
+            Waiter::Question { reply, .. } => {
+                let _ = reply.send(deny(QUESTION_CANCELLED));
+                self.chat(actions::input_completed(
+                    id,
+                    ChatInputResponseKind::Cancel,
+                    HashMap::new(),
+                ));
+            }
+        }
+        self.session(actions::input_needed_removed(id));
+    }
+}

@@ -1,0 +1,309 @@
+//! Turns: opened in the state at once, sent to the CLI when it can take them, ended by its
+//! `result` (or a cancel, or the CLI's end); the prompt queue and steering.
+
+use super::*;
+
+impl Task {
+    pub(super) async fn prompt(&mut self, text: String, done: Done) {
+        if self.closing {
+            self.deliver(done, Err(ChatSessionError::Closed));
+            return;
+        }
+        let message = actions::message(&text, MessageKind::User);
+        if self.turn.is_some() || !self.queue.is_empty() {
+            let id = uuid::Uuid::new_v4().to_string();
+            self.chat(actions::pending_set(
+                PendingMessageKind::Queued,
+                &id,
+                message.clone(),
+            ));
+            self.queue.push_back(Queued {
+                id,
+                message,
+                done: Some(done),
+            });
+            return;
+        }
+        self.turns_started += 1;
+        let turn_id = format!("turn-{}", self.turns_started);
+        self.start_turn(turn_id, message, None, Some(done));
+        self.pump().await;
+    }
+
+    /// Opens a turn in the state; the prompt goes to the CLI as soon as it can ([`Task::pump`]).
+    pub(super) fn start_turn(
+        &mut self,
+        turn_id: String,
+        message: Message,
+        echo: Option<(StateAction, ActionOrigin)>,
+        done: Option<Done>,
+    ) {
+        self.start_turn_from(turn_id, message, echo, done, None);
+    }
+
+    pub(super) fn start_turn_from(
+        &mut self,
+        turn_id: String,
+        message: Message,
+        echo: Option<(StateAction, ActionOrigin)>,
+        done: Option<Done>,
+        queued_id: Option<String>,
+    ) {
+        let text = message.text.clone();
+        match echo {
+            Some((action, origin)) => self.publish(ChannelKind::Chat, action, Some(origin)),
+            None => self.chat(actions::turn_started(&turn_id, message, queued_id)),
+        }
+        self.notes.clear();
+        // The first prompt names the session.
+        if self.session.title.is_empty() {
+            let title: String = text.lines().next().unwrap_or("").chars().take(80).collect();
+            if !title.is_empty() {
+                self.session(actions::title_changed(&title));
+                let mut c = summary_changes();
+                c.title = Some(title);
+                self.notice(c);
+            }
+        }
+        self.session(actions::chat_status(
+            &self.uris.chat.clone(),
+            status::IN_PROGRESS,
+        ));
+        self.notice_status(status::IN_PROGRESS);
+        self.turn = Some(ActiveTurn {
+            mapper: TurnMapper::new(&turn_id),
+            id: turn_id,
+            command: uuid::Uuid::new_v4().to_string(),
+            content: Value::String(text),
+            phase: Phase::Waiting,
+            ours: None,
+            held: None,
+            done,
+        });
+    }
+
+    /// A turn Claude Code started by itself: a turn of its own, named after what prompted it.
+    pub(super) fn adopt(&mut self) {
+        self.turns_started += 1;
+        let turn_id = format!("turn-{}", self.turns_started);
+        let text = if self.notes.is_empty() {
+            "Claude Code continued on its own".to_owned()
+        } else {
+            self.notes.join("; ")
+        };
+        self.start_turn(
+            turn_id.clone(),
+            actions::message(&text, MessageKind::SystemNotification),
+            None,
+            None,
+        );
+        if let Some(t) = self.turn.as_mut() {
+            t.phase = Phase::Sent;
+            t.command.clear();
+            t.ours = Some(CommandState::Started);
+        }
+        tracing::info!(session = %self.id, turn = %turn_id, "Claude Code started a turn on its own");
+    }
+
+    /// Moves a waiting turn forward: starts the CLI, or writes the prompt once nothing else
+    /// has to happen first.
+    pub(super) async fn pump(&mut self) {
+        let waiting = self
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.phase == Phase::Waiting);
+        if !waiting || self.settling.is_some() || self.applying.is_some() || self.closing {
+            return;
+        }
+        if self.restart_needed
+            && let Cli::Live(_) = &self.cli
+        {
+            self.stop_cli().await;
+        }
+        match &self.cli {
+            Cli::Starting(_) => {}
+            Cli::None => self.start_cli(),
+            Cli::Live(cli) => {
+                let cli = cli.clone();
+                let Some((command, content)) = self
+                    .turn
+                    .as_ref()
+                    .map(|t| (t.command.clone(), t.content.clone()))
+                else {
+                    return;
+                };
+                let written = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    cli.send_user(content, Some(&command), None),
+                )
+                .await;
+                match written {
+                    Ok(Ok(())) => {
+                        self.resumable = true;
+                        if let Some(t) = self.turn.as_mut() {
+                            t.phase = Phase::Sent;
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(session = %self.id, error = %e, "cannot send the prompt to the CLI");
+                        cli.kill();
+                        self.fail_turn("cli_exited", &e.to_string(), ChatSessionError::Session(e));
+                    }
+                    Err(_) => {
+                        tracing::warn!(session = %self.id, "the CLI did not take the prompt in time; killing it");
+                        cli.kill();
+                        let msg = "the Claude Code CLI stopped reading its input";
+                        self.fail_turn("cli_stuck", msg, ChatSessionError::Start(msg.into()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks for a [`Task::pump`] on the next loop turn (for handlers that cannot await).
+    pub(super) fn pump_later(&self) {
+        let _ = self.internal_tx.send(Internal::Pump);
+    }
+
+    /// Ends the running turn with `actions` (its last action ends it in the state).
+    pub(super) fn finish_turn(
+        &mut self,
+        end: Vec<StateAction>,
+        outcome: Result<(), ChatSessionError>,
+    ) {
+        self.refuse_waiting();
+        self.clear_steering();
+        let failed = end.iter().any(|a| matches!(a, StateAction::ChatError(_)));
+        self.chat_all(end);
+        let Some(turn) = self.turn.take() else {
+            return;
+        };
+        let st = if failed { status::ERROR } else { status::IDLE };
+        self.session(actions::chat_status(&self.uris.chat.clone(), st));
+        self.notice_status(st);
+        if let Some(done) = turn.done {
+            self.deliver(done, outcome.map(|()| turn.id.clone()));
+        }
+        self.save();
+        self.next_queued();
+    }
+
+    pub(super) fn fail_turn(&mut self, kind: &str, message: &str, error: ChatSessionError) {
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
+        let end = turn.mapper.fail(kind, message);
+        self.finish_turn(end, Err(error));
+    }
+
+    pub(super) fn end_turn_with(&mut self, result: &ResultFrame) {
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
+        let end = turn.mapper.finish(result);
+        self.finish_turn(end, Ok(()));
+    }
+
+    /// Ends the running turn as cancelled now; the CLI is interrupted and its remaining frames
+    /// of that turn are dropped until it settles (or it is killed after the grace period).
+    pub(super) fn cancel_turn(&mut self, origin: Option<ActionOrigin>, echo: Option<StateAction>) {
+        let Some(turn) = self.turn.as_mut() else {
+            return;
+        };
+        let sent = turn.phase == Phase::Sent;
+        let end = match echo {
+            Some(a) => {
+                turn.mapper.cancel();
+                vec![a]
+            }
+            None => turn.mapper.cancel(),
+        };
+        self.refuse_waiting();
+        self.clear_steering();
+        for a in end {
+            self.publish(ChannelKind::Chat, a, origin.clone());
+        }
+        let Some(turn) = self.turn.take() else {
+            return;
+        };
+        self.session(actions::chat_status(&self.uris.chat.clone(), status::IDLE));
+        self.notice_status(status::IDLE);
+        if let Some(done) = turn.done {
+            self.deliver(done, Ok(turn.id.clone()));
+        }
+        if sent && let Cli::Live(cli) = &self.cli {
+            self.settling = Some(Settling {
+                deadline: Instant::now() + self.abort_grace,
+                killed: false,
+            });
+            let cli = cli.clone();
+            tokio::spawn(async move {
+                if let Err(e) = cli.interrupt().await {
+                    tracing::warn!(error = %e, "the CLI did not take the interrupt");
+                }
+            });
+        }
+        self.save();
+        self.next_queued();
+    }
+
+    /// Starts the next queued message as a turn, once the chat is idle.
+    pub(super) fn next_queued(&mut self) {
+        if self.turn.is_some() || self.closing {
+            return;
+        }
+        let Some(q) = self.queue.pop_front() else {
+            return;
+        };
+        self.chat(actions::pending_removed(PendingMessageKind::Queued, &q.id));
+        self.turns_started += 1;
+        let turn_id = format!("turn-{}", self.turns_started);
+        self.start_turn_from(turn_id, q.message, None, q.done, Some(q.id));
+        self.pump_later();
+    }
+
+    pub(super) async fn steer(
+        &mut self,
+        id: &str,
+        message: Message,
+        origin: Option<ActionOrigin>,
+        echo: Option<StateAction>,
+    ) -> Result<(), String> {
+        let running = self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent);
+        let cli = match (&self.cli, running) {
+            (Cli::Live(c), true) => c.clone(),
+            _ => return Err("no turn is running to steer".into()),
+        };
+        let text = message.text.clone();
+        let action =
+            echo.unwrap_or_else(|| actions::pending_set(PendingMessageKind::Steering, id, message));
+        self.publish(ChannelKind::Chat, action, origin);
+        // The CLI takes the message's uuid as its transcript id; a client's id need not be one.
+        let cli_uuid = uuid::Uuid::new_v4().to_string();
+        self.steering.push(Steering {
+            id: id.to_owned(),
+            cli_uuid: cli_uuid.clone(),
+        });
+        let written = tokio::time::timeout(
+            WRITE_TIMEOUT,
+            cli.send_user(Value::String(text), Some(&cli_uuid), Some("now")),
+        )
+        .await;
+        if !matches!(written, Ok(Ok(()))) {
+            self.steering.retain(|s| s.cli_uuid != cli_uuid);
+            self.chat(actions::pending_removed(PendingMessageKind::Steering, id));
+            tracing::warn!(session = %self.id, "a steering message could not be sent");
+        }
+        Ok(())
+    }
+
+    /// Marks every steering message as handed over.
+    pub(super) fn clear_steering(&mut self) {
+        for s in std::mem::take(&mut self.steering) {
+            self.chat(actions::pending_removed(
+                PendingMessageKind::Steering,
+                &s.id,
+            ));
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! The session core: one owner per session, one ordered stream, and the defects the old
+//! design had (each test names the one it guards against).
+
+use super::*;
+use ahp_types::actions::{ActionOrigin, StateAction};
+use ahp_types::state::{ChatState, SessionState};
+use claude_host_agent::{ChannelKind, ChatSessionError, SessionEvent, SessionHandle};
+use claude_host_store::{SessionRecord, SqliteStore, Store, StoreError};
+use claude_host_testkit::fake::{Match, Reply, Rule};
+use claude_host_testkit::fake_cli::{RESULT_FRAME, Scenario, write};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn origin(seq: i64) -> ActionOrigin {
+    ActionOrigin {
+        client_id: "test-client".into(),
+        client_seq: seq,
+    }
+}
+
+fn action(v: serde_json::Value) -> StateAction {
+    serde_json::from_value(v).unwrap()
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A fake CLI that waits at start-up until the test writes a line to `gate` (a FIFO), then
+/// answers every control request and ends each user message's turn with a result. It tells
+/// its pid through `pid` (a FIFO) first, and logs the user lines it gets to `users`.
+fn gated_cli(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let gate = dir.join("gate.fifo");
+    let pid = dir.join("pid.fifo");
+    let users = dir.join("users.log");
+    mkfifo(&gate);
+    mkfifo(&pid);
+    let script = format!(
+        r#"RESULT='{RESULT_FRAME}'
+echo $$ > '{pid}'
+read -r go < '{gate}'
+reply() {{
+  id=$(printf '%s' "$1" | sed -E 's/.*"request_id":"([^"]+)".*/\1/')
+  printf '{{"type":"control_response","response":{{"subtype":"success","request_id":"%s","response":{{}}}}}}\n' "$id"
+}}
+while IFS= read -r line; do
+  case "$line" in
+    *'"control_request"'*) reply "$line" ;;
+    *'"type":"user"'*)
+      printf '%s\n' "$line" >> '{users}'
+      echo '{{"type":"system","subtype":"init","session_id":"s"}}'
+      echo "$RESULT" ;;
+  esac
+done
+"#,
+        pid = pid.display(),
+        gate = gate.display(),
+        users = users.display(),
+    );
+    let cli = write(dir, &Scenario::Custom(script)).unwrap();
+    (cli, gate, pid, users)
+}
+
+async fn read_fifo(path: &Path) -> String {
+    let path = path.to_owned();
+    tokio::time::timeout(
+        WAIT,
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(path).unwrap()),
+    )
+    .await
+    .expect("the fake CLI started")
+    .unwrap()
+}
+
+async fn open_gate(gate: &Path) {
+    let gate = gate.to_owned();
+    tokio::task::spawn_blocking(move || std::fs::write(gate, "go\n").unwrap())
+        .await
+        .unwrap();
+}
+
+/// Everything a subscriber got, reduced onto the snapshot it started from; a resync replaces
+/// the state. Returns the final states and whether a resync happened.
+async fn mirror(
+    handle: &SessionHandle,
+    session: &mut SessionState,
+    chat: &mut ChatState,
+    sub: &mut claude_host_agent::SessionSubscription,
+) -> (usize, Vec<u64>) {
+    let mut resyncs = 0;
+    let mut seqs = Vec::new();
+    for ev in sub.drain().await {
+        match ev {
+            SessionEvent::Action(p) => {
+                seqs.push(p.seq());
+                if p.is_rejection() {
+                    continue;
+                }
+                if p.channel() == handle.chat_uri() {
+                    ahp::reducers::apply_action_to_chat(chat, p.action());
+                } else {
+                    ahp::reducers::apply_action_to_session(session, p.action());
+                }
+            }
+            SessionEvent::Resync(s) => {
+                resyncs += 1;
+                *session = s.session;
+                *chat = s.chat;
+            }
+        }
+    }
+    (resyncs, seqs)
+}
+
+async fn stalled_subscriber_ends_equal(replay: usize) -> (usize, Vec<u64>) {
+    let e = env().await;
+    e.fake.push(Rule {
+        when: Match::LastUserContains("flood".into()),
+        reply: Reply::many_deltas(10_000),
+        times: None,
+    });
+    let mut spec = claude_host_agent::StandaloneSession::new(e.opts());
+    spec.replay_capacity = replay;
+    let s = claude_host_agent::standalone_session(spec);
+    let (snapshot, mut sub) = s.subscribe().await.unwrap();
+    let (mut session, mut chat) = (snapshot.session, snapshot.chat);
+    // The subscriber reads nothing while the whole turn streams.
+    tokio::time::timeout(WAIT, s.send("flood me"))
+        .await
+        .unwrap()
+        .unwrap();
+    let (resyncs, seqs) = mirror(&s, &mut session, &mut chat, &mut sub).await;
+    let server = s.snapshot().await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&chat).unwrap(),
+        serde_json::to_value(&server.chat).unwrap(),
+        "the stalled subscriber's chat is the server's"
+    );
+    assert_eq!(
+        serde_json::to_value(&session).unwrap(),
+        serde_json::to_value(&server.session).unwrap()
+    );
+    let deltas = chat.turns[0]
+        .response_parts
+        .iter()
+        .find_map(|p| match p {
+            ahp_types::state::ResponsePart::Markdown(m) => Some(m.content.split(' ').count()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        deltas > 10_000,
+        "the whole answer is there ({deltas} words)"
+    );
+    (resyncs, seqs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_reading_catches_up_from_the_replay_ring_without_a_gap() {
+    let (resyncs, seqs) = stalled_subscriber_ends_equal(50_000).await;
+    assert_eq!(resyncs, 0, "the ring held everything it missed");
+    assert!(seqs.len() > 10_000);
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "every action once, in order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_falls_behind_the_ring_is_resynchronised_visibly() {
+    let (resyncs, seqs) = stalled_subscriber_ends_equal(64).await;
+    assert!(resyncs >= 1, "told it was resynchronised");
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "never backwards");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_during_cli_start_up_one_runs_a_second_is_refused_and_a_cancel_is_taken() {
+    let e = env().await;
+    let (cli, gate, pid, users) = gated_cli(e.dir.path());
+    let mut opts = e.opts();
+    opts.cli = cli;
+    let s = e.session(opts);
+    let mut rx = s.subscribe().await.unwrap().1;
+    let turn = |id: &str| {
+        action(json!({"type": "chat/turnStarted", "turnId": id,
+            "startedAt": "2026-01-01T00:00:00.000Z",
+            "message": {"text": format!("prompt {id}"), "origin": {"kind": "user"}}}))
+    };
+    s.dispatch(ChannelKind::Chat, turn("t1"), origin(1))
+        .await
+        .unwrap();
+    s.dispatch(ChannelKind::Chat, turn("t2"), origin(2))
+        .await
+        .unwrap();
+    s.dispatch(
+        ChannelKind::Chat,
+        action(json!({"type": "chat/turnCancelled", "turnId": "t1", "duration": 5})),
+        origin(3),
+    )
+    .await
+    .unwrap();
+    // Every dispatch comes back: echoed or refused, in order.
+    let mut echoes = Vec::new();
+    while echoes.len() < 3 {
+        let ev = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let SessionEvent::Action(p) = ev
+            && let Some(o) = &p.envelope.origin
+        {
+            echoes.push((o.client_seq, p.envelope.rejection_reason.clone()));
+        }
+    }
+    assert_eq!(echoes[0], (1, None));
+    assert_eq!(echoes[1].0, 2);
+    assert!(
+        echoes[1]
+            .1
+            .as_deref()
+            .is_some_and(|r| r.contains("already running")),
+        "{echoes:?}"
+    );
+    assert_eq!(echoes[2], (3, None), "a cancel during start-up is taken");
+    // All of it happened while the CLI was still starting.
+    let pid: i32 = read_fifo(&pid).await.trim().parse().unwrap();
+    assert_eq!(s.status().cli_pgid, None, "still starting");
+    assert_eq!(s.status().materializations, 1);
+    let state = s.state().await;
+    assert_eq!(state.turns.len(), 1);
+    assert_eq!(state.turns[0].id, "t1");
+    assert_eq!(
+        serde_json::to_value(state.turns[0].state).unwrap(),
+        "cancelled"
+    );
+    assert!(state.active_turn.is_none());
+
+    open_gate(&gate).await;
+    let live = tokio::time::timeout(WAIT, s.watch_status().wait_for(|st| st.cli_pgid.is_some()))
+        .await
+        .unwrap()
+        .unwrap()
+        .cli_pgid;
+    assert_eq!(live, Some(pid));
+    s.send("after the cancel").await.unwrap();
+    let sent = std::fs::read_to_string(&users).unwrap();
+    assert_eq!(
+        sent.lines().count(),
+        1,
+        "the cancelled prompt never reached the CLI: {sent}"
+    );
+    assert!(sent.contains("after the cancel"));
+    s.close().await;
+    assert!(group_gone(pid).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_during_cli_start_up_leaves_no_task_no_process_and_no_stream() {
+    let e = env().await;
+    let (cli, _gate, pid, _users) = gated_cli(e.dir.path());
+    let agent = e.agent_with(None, |c| c.cli = cli).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    assert_eq!(agent.running_sessions(), 1);
+    let (_, mut sub) = s.subscribe().await.unwrap();
+    let turn = tokio::spawn({
+        let s = s.clone();
+        async move { s.send("never sent").await }
+    });
+    let pid: i32 = read_fifo(&pid).await.trim().parse().unwrap();
+    tokio::time::timeout(WAIT, agent.dispose_session(s.id()))
+        .await
+        .unwrap()
+        .unwrap();
+    // Counted, not assumed: the task, the process group, the registry entry, the stream.
+    assert_eq!(agent.running_sessions(), 0, "the session's task ended");
+    assert!(group_gone(pid).await, "the half-started CLI was killed");
+    assert!(agent.session(s.id()).is_none());
+    assert!(agent.live_sessions().is_empty());
+    let turn = tokio::time::timeout(WAIT, turn).await.unwrap().unwrap();
+    assert!(
+        turn.is_ok(),
+        "the turn ended (cancelled) with the session: {turn:?}"
+    );
+    loop {
+        match tokio::time::timeout(WAIT, sub.recv()).await.unwrap() {
+            None => break,
+            Some(_) => continue,
+        }
+    }
+    assert!(s.is_closed());
+    assert!(matches!(
+        s.send("more").await,
+        Err(ChatSessionError::Closed)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_is_tracked_only_while_its_turn_runs() {
+    let e = env().await;
+    for round in 0..2 {
+        let file = e.dir.path().join(format!("work/tracked{round}.txt"));
+        e.fake.push(Rule {
+            when: Match::LastUserContains(format!("track round {round}")),
+            reply: Reply::tool_use(
+                "Write",
+                json!({"file_path": file.to_str().unwrap(), "content": "t"}),
+            ),
+            times: None,
+        });
+    }
+    e.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: Reply::text("done"),
+        times: None,
+    });
+    let s = Arc::new(e.session(e.opts()));
+    for round in 0..2 {
+        let turn = tokio::spawn({
+            let s = s.clone();
+            async move { s.send(&format!("track round {round}")).await }
+        });
+        let id = s.next_confirmation(WAIT).await.unwrap();
+        assert_eq!(s.status().tracked_tool_calls, 1, "round {round}");
+        s.confirm_tool(&id, claude_host_agent::Confirmation::Approve)
+            .await
+            .unwrap();
+        tokio::time::timeout(WAIT, turn)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.status().tracked_tool_calls,
+            0,
+            "nothing kept once the turn is over (round {round})"
+        );
+    }
+}
+
+/// The user's own `claude -p` run (a transcript this host did not write).
+async fn plain_session(e: &Env, prompt: &str) -> String {
+    claude_host_testkit::cli::plain_claude_p(
+        prompt,
+        &[],
+        e.dir.path(),
+        &e.dir.path().join(".claude"),
+        &e.dir.path().join("work"),
+        &e.proxy.base_url(),
+        &e.proxy.auth_token("plain"),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_session_nobody_uses_is_closed_and_forgotten() {
+    let e = env().await;
+    let id = plain_session(&e, "an old conversation").await;
+    let agent = e
+        .agent_with(None, |c| c.idle_eviction = Duration::from_millis(300))
+        .await;
+    let s = agent.open_session(&id).await.unwrap();
+    assert_eq!(agent.running_sessions(), 1);
+    {
+        let (_, _sub) = s.subscribe().await.unwrap();
+        // Subscribed: kept for well over the idle period.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1500), s.closed())
+                .await
+                .is_err(),
+            "a subscribed session stays open"
+        );
+    }
+    tokio::time::timeout(WAIT, s.closed())
+        .await
+        .expect("closed once nobody uses it");
+    assert!(agent.session(&id).is_none(), "forgotten by the registry");
+    assert_eq!(agent.running_sessions(), 0);
+    // It can be opened again.
+    let again = agent.open_session(&id).await.unwrap();
+    assert_eq!(
+        again.state().await.turns[0].message.text,
+        "an old conversation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_session_keeps_its_title_and_the_next_prompt_does_not_rename_it() {
+    let e = env().await;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&e.dir.path().join("host.sqlite"))
+            .await
+            .unwrap(),
+    );
+    let agent = e.agent(Some(store.clone())).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    s.send("the first prompt").await.unwrap();
+    s.dispatch(
+        ChannelKind::Session,
+        action(json!({"type": "session/titleChanged", "title": "Named by the user"})),
+        origin(1),
+    )
+    .await
+    .unwrap();
+    s.flush().await.unwrap();
+    let id = s.id().to_owned();
+    agent.dispose_session(&id).await.unwrap();
+
+    let back = agent.open_session(&id).await.unwrap();
+    let snap = back.snapshot().await.unwrap();
+    assert_eq!(snap.session.title, "Named by the user");
+    back.send("a second prompt").await.unwrap();
+    back.flush().await.unwrap();
+    assert_eq!(
+        back.snapshot().await.unwrap().session.title,
+        "Named by the user",
+        "not renamed by the next prompt"
+    );
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().title.as_deref(),
+        Some("Named by the user")
+    );
+}
+
+/// The real store, with reads failing on demand.
+struct FlakyStore {
+    inner: SqliteStore,
+    fail_reads: std::sync::atomic::AtomicBool,
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Store for FlakyStore {
+    async fn put(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.put(record).await
+    }
+    async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        if self.fail_reads.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Query("injected read failure".into()));
+        }
+        self.inner.get(id).await
+    }
+    async fn list(&self, include_archived: bool) -> Result<Vec<SessionRecord>, StoreError> {
+        self.inner.list(include_archived).await
+    }
+    async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        self.inner.delete(id).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_store_record_is_never_overwritten() {
+    let e = env().await;
+    let id = plain_session(&e, "kept as it was").await;
+    let store = Arc::new(FlakyStore {
+        inner: SqliteStore::open(&e.dir.path().join("host.sqlite"))
+            .await
+            .unwrap(),
+        fail_reads: std::sync::atomic::AtomicBool::new(false),
+        writes: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let kept = SessionRecord {
+        id: id.clone(),
+        title: Some("Archived long ago".into()),
+        model: None,
+        effort: None,
+        permission_mode: None,
+        cwd: e.dir.path().join("work").display().to_string(),
+        created_at: 1,
+        updated_at: 2,
+        archived: true,
+    };
+    store.inner.put(&kept).await.unwrap();
+    store
+        .fail_reads
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let agent = e.agent(Some(store.clone())).await;
+    let s = agent.open_session(&id).await.unwrap();
+    s.send("one more turn").await.unwrap();
+    s.flush().await.unwrap();
+    assert_eq!(
+        store.writes.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing written over a record that could not be read"
+    );
+    assert_eq!(store.inner.get(&id).await.unwrap(), Some(kept));
+}
