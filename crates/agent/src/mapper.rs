@@ -293,6 +293,12 @@ impl TurnMapper {
         vec![actions::turn_cancelled(&self.turn_id, self.duration_ms())]
     }
 
+    /// The CLI went idle without a `result` (a turn of its own with nothing to report).
+    pub fn complete(&mut self) -> Vec<StateAction> {
+        self.finished = true;
+        vec![actions::turn_complete(&self.turn_id, self.duration_ms())]
+    }
+
     /// The turn ended without a `result` (the CLI died, or never started): an error.
     pub fn fail(&mut self, kind: &str, message: &str) -> Vec<StateAction> {
         self.finished = true;

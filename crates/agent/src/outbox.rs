@@ -75,15 +75,46 @@ pub struct Replay {
     pub live: broadcast::Receiver<Arc<Published>>,
 }
 
-/// A channel's (or a session's channels') publishing side.
-#[derive(Debug)]
-pub struct Outbox {
-    seq: Sequence,
+/// The last actions published, kept for subscribers that fell behind.
+#[derive(Debug, Default)]
+pub struct ReplayRing {
     ring: VecDeque<Arc<Published>>,
     capacity: usize,
     /// The highest `serverSeq` dropped from the ring: a subscriber that saw less cannot be
     /// caught up by replay.
     evicted_up_to: u64,
+}
+
+impl ReplayRing {
+    fn push(&mut self, published: Arc<Published>) {
+        self.ring.push_back(published);
+        while self.ring.len() > self.capacity {
+            if let Some(old) = self.ring.pop_front() {
+                self.evicted_up_to = old.seq();
+            }
+        }
+    }
+
+    /// The actions after `last_seen`, or `None` when some of them have left the ring.
+    pub fn after(&self, last_seen: u64) -> Option<Vec<Arc<Published>>> {
+        if self.evicted_up_to > last_seen {
+            return None;
+        }
+        Some(
+            self.ring
+                .iter()
+                .filter(|p| p.seq() > last_seen)
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+/// A channel's (or a session's channels') publishing side.
+#[derive(Debug)]
+pub struct Outbox {
+    seq: Sequence,
+    ring: ReplayRing,
     live: broadcast::Sender<Arc<Published>>,
 }
 
@@ -95,9 +126,11 @@ impl Outbox {
         let (live, _) = broadcast::channel(live_slots.max(1));
         Outbox {
             seq,
-            ring: VecDeque::new(),
-            capacity: capacity.max(1),
-            evicted_up_to: 0,
+            ring: ReplayRing {
+                ring: VecDeque::new(),
+                capacity: capacity.max(1),
+                evicted_up_to: 0,
+            },
             live,
         }
     }
@@ -120,12 +153,7 @@ impl Outbox {
             },
             notification: OnceLock::new(),
         });
-        self.ring.push_back(published.clone());
-        while self.ring.len() > self.capacity {
-            if let Some(old) = self.ring.pop_front() {
-                self.evicted_up_to = old.seq();
-            }
-        }
+        self.ring.push(published.clone());
         // No receiver is fine: nobody is subscribed.
         let _ = self.live.send(published.clone());
         published
@@ -144,18 +172,16 @@ impl Outbox {
     /// The actions after `last_seen` and the live stream after them, or `None` when some of
     /// them have left the ring.
     pub fn replay_after(&self, last_seen: u64) -> Option<Replay> {
-        if self.evicted_up_to > last_seen {
-            return None;
-        }
         Some(Replay {
-            actions: self
-                .ring
-                .iter()
-                .filter(|p| p.seq() > last_seen)
-                .cloned()
-                .collect(),
+            actions: self.ring.after(last_seen)?,
             live: self.live.subscribe(),
         })
+    }
+
+    /// Gives up the replay ring (the outbox publishes nothing more): it stays readable for
+    /// subscribers still catching up after the session ended.
+    pub fn take_ring(&mut self) -> ReplayRing {
+        std::mem::take(&mut self.ring)
     }
 
     /// How many live subscribers there are.

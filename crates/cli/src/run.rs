@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tokio::io::AsyncWriteExt;
 
 /// `run` options.
 #[derive(Debug, clap::Args)]
@@ -227,72 +228,84 @@ fn describe_call(state: &ChatState, id: &str) -> (String, String) {
 }
 
 async fn print_actions(mut sub: SessionSubscription, json: bool) {
-    let mut out = std::io::stdout();
+    // Written asynchronously: a reader that stops stalls only this printer (which then catches
+    // up or resynchronises), never the single-threaded runtime the session itself runs on.
+    let mut out = tokio::io::stdout();
     while let Some(event) = sub.recv().await {
-        let p = match event {
-            SessionEvent::Action(p) => p,
+        let text = match event {
             SessionEvent::Resync(snapshot) => {
                 // Fell behind: say so, and go on from the state as it is now.
                 if json {
-                    let _ = writeln!(out, "{}", json!({"type": "resync", "chat": snapshot.chat}));
+                    Some(format!(
+                        "{}\n",
+                        json!({"type": "resync", "chat": snapshot.chat})
+                    ))
                 } else {
                     eprintln!("\n(output fell behind; continuing from the current state)");
+                    None
                 }
-                continue;
             }
+            // The chat's actions: the conversation (session-level changes are not output).
+            SessionEvent::Action(p)
+                if p.is_rejection() || p.channel() != sub.handle().chat_uri() =>
+            {
+                None
+            }
+            SessionEvent::Action(p) => render(p.action(), json),
         };
-        // The chat's actions: the conversation (session-level changes are not output).
-        if p.is_rejection() || p.channel() != sub.handle().chat_uri() {
-            continue;
+        let Some(text) = text else { continue };
+        let written = async {
+            out.write_all(text.as_bytes()).await?;
+            out.flush().await
+        };
+        if let Err(e) = written.await {
+            // Nobody reads any more (a closed pipe): the session goes on without an audience.
+            tracing::info!(error = %e, "cannot write the output; no more is printed");
+            break;
         }
-        if json {
-            let _ = writeln!(
-                out,
-                "{}",
-                serde_json::to_string(p.action()).unwrap_or_default()
-            );
-            let _ = out.flush();
-            continue;
+    }
+}
+
+/// What `run` prints for one chat action: a JSON line, or the plain text it adds.
+fn render(action: &StateAction, json: bool) -> Option<String> {
+    if json {
+        return serde_json::to_string(action).ok().map(|l| l + "\n");
+    }
+    match action {
+        StateAction::ChatDelta(d) => Some(d.content.clone()),
+        StateAction::ChatResponsePart(r) => match &r.part {
+            ResponsePart::Markdown(m) => Some(m.content.clone()),
+            _ => None,
+        },
+        StateAction::ChatToolCallReady(r) if r.confirmed.is_some() => {
+            let what = match &r.invocation_message {
+                StringOrMarkdown::Plain(t) => t.as_str(),
+                StringOrMarkdown::Markdown { markdown } => markdown.as_str(),
+            };
+            Some(format!("\n[{what}]\n"))
         }
-        match p.action() {
-            StateAction::ChatDelta(d) => {
-                let _ = write!(out, "{}", d.content);
-            }
-            StateAction::ChatResponsePart(r) => {
-                if let ResponsePart::Markdown(m) = &r.part {
-                    let _ = write!(out, "{}", m.content);
-                }
-            }
-            StateAction::ChatToolCallReady(r) if r.confirmed.is_some() => {
-                let what = match &r.invocation_message {
-                    StringOrMarkdown::Plain(t) => t.as_str(),
-                    StringOrMarkdown::Markdown { markdown } => markdown.as_str(),
-                };
-                let _ = write!(out, "\n[{what}]\n");
-            }
-            StateAction::ChatToolCallComplete(c) => {
-                let text = c
-                    .result
-                    .content
-                    .iter()
-                    .flatten()
-                    .find_map(|c| match c {
-                        ToolResultContent::Text(t) => Some(t.text.as_str()),
-                        _ => None,
-                    })
-                    .unwrap_or("");
-                let first = text.lines().next().unwrap_or("");
-                let _ = writeln!(out, "  → {}", first.chars().take(100).collect::<String>());
-            }
-            StateAction::ChatTurnComplete(_) | StateAction::ChatTurnCancelled(_) => {
-                let _ = writeln!(out);
-            }
-            StateAction::ChatError(e) => {
-                let _ = writeln!(out);
-                eprintln!("error: {}", e.part.error.message);
-            }
-            _ => {}
+        StateAction::ChatToolCallComplete(c) => {
+            let text = c
+                .result
+                .content
+                .iter()
+                .flatten()
+                .find_map(|c| match c {
+                    ToolResultContent::Text(t) => Some(t.text.as_str()),
+                    _ => None,
+                })
+                .unwrap_or("");
+            let first = text.lines().next().unwrap_or("");
+            Some(format!(
+                "  → {}\n",
+                first.chars().take(100).collect::<String>()
+            ))
         }
-        let _ = out.flush();
+        StateAction::ChatTurnComplete(_) | StateAction::ChatTurnCancelled(_) => Some("\n".into()),
+        StateAction::ChatError(e) => {
+            eprintln!("error: {}", e.part.error.message);
+            Some("\n".into())
+        }
+        _ => None,
     }
 }

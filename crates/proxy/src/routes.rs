@@ -199,8 +199,22 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         .collect();
     if !(200..300).contains(&resp.status) {
         let status = resp.status;
-        let body = collect_capped(resp.body, 1024 * 1024).await;
-        let env = ErrorEnvelope::from_upstream_body(status, &body);
+        let env = match collect_body(resp.body, ERROR_BODY_CAP).await {
+            Ok(body) => ErrorEnvelope::from_upstream_body(status, &body),
+            // An error body's message comes first; its start is enough.
+            Err((BodyFault::TooLarge, head)) => ErrorEnvelope::from_upstream_body(status, &head),
+            // The status alone still tells the client what happened (a 429 stays retryable),
+            // so it is kept; the partial body is not a message worth showing.
+            Err((BodyFault::Cut(e), partial)) => {
+                let mut env = ErrorEnvelope::from_upstream_body(status, b"");
+                env.error.message = format!(
+                    "upstream returned HTTP {status}, and its error body was cut off after {} bytes: {}",
+                    partial.len(),
+                    transport_detail(&e)
+                );
+                env
+            }
+        };
         log.finish(
             status,
             &format!("upstream {}: {}", env.error.kind, env.error.message),
@@ -208,19 +222,64 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         return with_headers(json(status_code(status), env.to_json()), &passthrough);
     }
     if !parsed.stream {
-        let body = collect_capped(resp.body, usize::MAX).await;
-        let out = match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(mut v) => {
-                if v.get("model").is_some() {
-                    v["model"] = serde_json::Value::String(parsed.model.clone());
-                }
-                log.set_usage_from_message(&v);
-                Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
-            }
-            Err(_) => body,
+        // A 2xx status promises a whole message. Partial or unparseable bytes passed on as a
+        // success would fail in the client's JSON parser, where nothing retries; a 502
+        // `api_error` is what the client's retry logic is built for.
+        let fail = |log: &mut RequestLog, message: String| {
+            log.finish(StatusCode::BAD_GATEWAY.as_u16(), &message);
+            with_headers(
+                error(StatusCode::BAD_GATEWAY, ErrorKind::Api, message),
+                &passthrough,
+            )
         };
+        let body = match collect_body(resp.body, MESSAGE_BODY_CAP).await {
+            Ok(b) => b,
+            Err((BodyFault::Cut(e), partial)) => {
+                return fail(
+                    &mut log,
+                    format!(
+                        "upstream response was cut off after {} bytes: {}",
+                        partial.len(),
+                        transport_detail(&e)
+                    ),
+                );
+            }
+            Err((BodyFault::TooLarge, _)) => {
+                return fail(
+                    &mut log,
+                    format!("upstream response exceeds {MESSAGE_BODY_CAP} bytes"),
+                );
+            }
+        };
+        let mut message = match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(v @ serde_json::Value::Object(_)) => v,
+            Ok(_) => {
+                return fail(
+                    &mut log,
+                    format!(
+                        "upstream answered HTTP {} with JSON that is not a message object",
+                        resp.status
+                    ),
+                );
+            }
+            Err(e) => {
+                return fail(
+                    &mut log,
+                    format!(
+                        "upstream answered HTTP {} with a body that is not valid JSON: {e}",
+                        resp.status
+                    ),
+                );
+            }
+        };
+        if message.get("model").is_some() {
+            message["model"] = serde_json::Value::String(parsed.model.clone());
+        }
+        log.set_usage_from_message(&message);
         log.finish(resp.status, "ok");
-        return with_headers(json(status_code(resp.status), out.to_vec()), &passthrough);
+        // Re-serialising a value that was just parsed cannot fail.
+        let out = serde_json::to_vec(&message).unwrap_or_default();
+        return with_headers(json(status_code(resp.status), out), &passthrough);
     }
     let relay = Relay::new(resp.body, parsed.model, &state.config, log);
     match relay.start().await {
@@ -287,22 +346,48 @@ async fn models(state: Arc<State>) -> Response<Body> {
     )
 }
 
-async fn collect_capped(
+/// Largest upstream error body read; a longer one is cut to this (its message comes first).
+const ERROR_BODY_CAP: usize = 1024 * 1024;
+
+/// Largest non-streaming message accepted from the upstream: far above any real reply (output
+/// is bounded by `max_tokens`), it only stops a broken upstream from exhausting memory.
+const MESSAGE_BODY_CAP: usize = 64 * 1024 * 1024;
+
+/// Why an upstream body could not be read whole.
+enum BodyFault {
+    /// The upstream connection failed before the body ended.
+    Cut(UpstreamError),
+    /// The body is longer than the cap.
+    TooLarge,
+}
+
+/// Reads a whole upstream body of at most `cap` bytes. On failure, the bytes read so far
+/// (at most `cap`) come with the fault.
+async fn collect_body(
     mut body: futures::stream::BoxStream<'static, Result<Bytes, UpstreamError>>,
     cap: usize,
-) -> Bytes {
+) -> Result<Bytes, (BodyFault, Bytes)> {
     let mut out = bytes::BytesMut::new();
     while let Some(chunk) = body.next().await {
         match chunk {
             Ok(c) if out.len() + c.len() <= cap => out.extend_from_slice(&c),
-            Ok(_) => break,
-            Err(e) => {
-                tracing::warn!(error = %e, "upstream body failed while being read");
-                break;
+            Ok(c) => {
+                out.extend_from_slice(&c[..cap - out.len()]);
+                return Err((BodyFault::TooLarge, out.freeze()));
             }
+            Err(e) => return Err((BodyFault::Cut(e), out.freeze())),
         }
     }
-    out.freeze()
+    Ok(out.freeze())
+}
+
+/// The cause of a mid-body failure, without the "upstream unreachable" prefix that
+/// [`UpstreamError::Transport`] carries for failures before any reply.
+fn transport_detail(e: &UpstreamError) -> String {
+    match e {
+        UpstreamError::Transport(detail) => detail.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// Maps a failure with no upstream HTTP reply to the client-facing error.

@@ -201,7 +201,9 @@ impl Shared {
 /// A running Claude Code CLI.
 pub struct ClaudeSession {
     shared: Arc<Shared>,
-    frames: tokio::sync::Mutex<mpsc::Receiver<Result<Frame, SessionError>>>,
+    /// Unbounded on purpose: the reader that queues frames also serves control traffic, and a
+    /// bound would stall that whenever nobody reads frames (between turns, say).
+    frames: tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<Frame, SessionError>>>,
     child: Arc<tokio::sync::Mutex<ChildGuard>>,
     pgid: Option<i32>,
     opts: SessionOptions,
@@ -270,7 +272,7 @@ impl ClaudeSession {
             tokio::spawn(pump_server(name, bridge, rx, shared.clone()));
         }
         let child = Arc::new(tokio::sync::Mutex::new(guard));
-        let (tx, rx) = mpsc::channel(1024);
+        let (tx, rx) = mpsc::unbounded_channel();
         let reader = LineReader::new(stdout, opts.max_line_bytes);
         tokio::spawn(read_loop(
             reader,
@@ -295,6 +297,10 @@ impl ClaudeSession {
     }
 
     /// The next frame, a per-frame error, or `None` after the CLI's exit was reported.
+    ///
+    /// Frames queue without bound until read, so that control traffic (answers to
+    /// [`ClaudeSession::request`], tool permission callbacks, MCP messages) is served even
+    /// when nobody reads; a session's owner should keep reading to keep memory bounded.
     pub async fn next_frame(&mut self) -> Option<Result<Frame, SessionError>> {
         self.frames.get_mut().recv().await
     }
@@ -653,7 +659,7 @@ async fn read_loop(
     mut reader: LineReader,
     shared: Arc<Shared>,
     callbacks: Arc<dyn Callbacks>,
-    tx: mpsc::Sender<Result<Frame, SessionError>>,
+    tx: mpsc::UnboundedSender<Result<Frame, SessionError>>,
     child: Arc<tokio::sync::Mutex<ChildGuard>>,
     limit: usize,
 ) {
@@ -662,7 +668,7 @@ async fn read_loop(
             Ok(Some(Line::Text(l))) => l,
             Ok(Some(Line::TooLong)) => {
                 tracing::warn!(limit, "dropping an oversize frame from the CLI");
-                let _ = tx.send(Err(SessionError::OversizeFrame { limit })).await;
+                let _ = tx.send(Err(SessionError::OversizeFrame { limit }));
                 continue;
             }
             Ok(None) => break,
@@ -679,12 +685,10 @@ async fn read_loop(
             Err(e) => {
                 let preview: String = line.chars().take(80).collect();
                 tracing::warn!(error = %e, %preview, "bad frame from the CLI");
-                let _ = tx
-                    .send(Err(SessionError::BadFrame {
-                        error: e.to_string(),
-                        preview,
-                    }))
-                    .await;
+                let _ = tx.send(Err(SessionError::BadFrame {
+                    error: e.to_string(),
+                    preview,
+                }));
                 continue;
             }
         };
@@ -703,12 +707,14 @@ async fn read_loop(
                 {
                     token.cancel();
                 }
-                let _ = tx.send(Ok(frame)).await;
+                let _ = tx.send(Ok(frame));
             }
             FrameKind::KeepAlive => {}
-            // If nobody reads frames any more, keep serving control traffic regardless.
+            // Never waits: the channel is unbounded, so frames nobody reads yet cannot hold
+            // up the control traffic behind them. A send fails only once the session is
+            // dropped, and then the frame has no reader anyway.
             _ => {
-                let _ = tx.send(Ok(frame)).await;
+                let _ = tx.send(Ok(frame));
             }
         }
     }
@@ -736,7 +742,7 @@ async fn read_loop(
     for (_, token) in lock(&shared.callbacks_inflight).drain() {
         token.cancel();
     }
-    let _ = tx.send(Err(err)).await;
+    let _ = tx.send(Err(err));
 }
 
 fn serve_callback(shared: &Arc<Shared>, callbacks: &Arc<dyn Callbacks>, frame: &Frame) {

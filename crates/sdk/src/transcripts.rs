@@ -1,17 +1,18 @@
 //! Transcripts on disk: `$CLAUDE_CONFIG_DIR/projects/<slug>/<sessionId>.jsonl`.
 //!
 //! The format is the CLI's own and not a stable API, so everything here reads defensively: a
-//! bad line is skipped with a warning, unknown entries are kept, and listing reads no more of
-//! a file than it needs.
+//! bad line is skipped with a warning, unknown entries are kept, and listing reads only a
+//! bounded head and tail of each file.
 
 use claude_host_protocol::transcript::project_slug;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-/// Bytes read from the start (and end) of a transcript when listing.
+/// Bytes read from the start, and from the end, of a transcript when listing. A file of up to
+/// twice this is read whole.
 const PEEK: usize = 64 * 1024;
 
 /// Transcript errors.
@@ -40,14 +41,17 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TranscriptError + '_ {
     }
 }
 
-/// One listed session.
+/// One listed session, from the first and last 64 KiB of its transcript (the whole file when
+/// it is at most 128 KiB): listing stays fast however long sessions get. What the CLI writes
+/// at the start (cwd, branch, first prompt) and keeps re-appending at the end (titles) is
+/// found there; a title only in the middle of a long file is not.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionSummary {
     /// The session id (file stem).
     pub session_id: String,
     /// The transcript file.
     pub path: PathBuf,
-    /// Custom title, else AI title, else the first prompt.
+    /// Custom title, else AI title, else a `summary` record's text, else the first prompt.
     pub summary: String,
     /// The first human prompt.
     pub first_prompt: Option<String>,
@@ -59,7 +63,8 @@ pub struct SessionSummary {
     pub modified: SystemTime,
     /// File size in bytes.
     pub size: u64,
-    /// User and assistant entries.
+    /// User and assistant entries: exact for a file of at most 128 KiB; for a longer one an
+    /// estimate, the count in the first and last 64 KiB scaled to the file's size.
     pub message_count: usize,
 }
 
@@ -120,13 +125,21 @@ fn summarize(path: &Path) -> Result<SessionSummary, TranscriptError> {
         .and_then(|s| s.to_str())
         .unwrap_or("")
         .to_owned();
-    // Counting needs the whole file, but only as bytes: no JSON parsing outside head and tail.
-    let mut bytes = Vec::with_capacity(size as usize);
-    file.read_to_end(&mut bytes).map_err(io(path))?;
-    let message_count =
-        count(&bytes, b"\"type\":\"user\"") + count(&bytes, b"\"type\":\"assistant\"");
-    let head = &bytes[..bytes.len().min(PEEK)];
-    let tail = &bytes[bytes.len().saturating_sub(PEEK)..];
+    let window = read_window(&mut file, size).map_err(io(path))?;
+    let (head, tail) = (window.head_lines(), window.tail_lines());
+    let message_count = {
+        let in_window = |bytes: &[u8]| {
+            count(bytes, b"\"type\":\"user\"") + count(bytes, b"\"type\":\"assistant\"")
+        };
+        match &window.tail {
+            None => in_window(&window.head),
+            Some(t) => {
+                let seen = in_window(&window.head) + in_window(t);
+                let read = (window.head.len() + t.len()).max(1) as f64;
+                (seen as f64 * size as f64 / read).round() as usize
+            }
+        }
+    };
     let mut first_prompt = None;
     let mut cwd = None;
     let mut git_branch = None;
@@ -148,35 +161,24 @@ fn summarize(path: &Path) -> Result<SessionSummary, TranscriptError> {
             first_prompt = human_prompt(&e);
         }
     }
-    let mut title = None;
-    for line in tail.split(|b| *b == b'\n').rev() {
-        // Only title records are parsed; everything else is skipped as bytes.
-        if memchr::memmem::find(line, b"-title\"").is_none() {
-            continue;
-        }
-        let Ok(Value::Object(e)) = serde_json::from_slice::<Value>(line) else {
-            continue;
-        };
-        match e.get("type").and_then(Value::as_str) {
-            Some("custom-title") => {
-                title = e
-                    .get("customTitle")
-                    .or_else(|| e.get("title"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                break;
-            }
-            Some("ai-title") if title.is_none() => {
-                title = e
-                    .get("aiTitle")
-                    .or_else(|| e.get("title"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-            }
-            _ => {}
+    // Latest first: the tail from its end, then the head from its end.
+    let mut titles = Titles::default();
+    for line in tail
+        .split(|b| *b == b'\n')
+        .rev()
+        .chain(head.split(|b| *b == b'\n').rev())
+    {
+        titles.note(line);
+        if titles.custom.is_some() {
+            break;
         }
     }
-    let summary = title.or_else(|| first_prompt.clone()).unwrap_or_default();
+    let summary = titles
+        .custom
+        .or(titles.ai)
+        .or(titles.summary)
+        .or_else(|| first_prompt.clone())
+        .unwrap_or_default();
     Ok(SessionSummary {
         session_id,
         path: path.to_owned(),
@@ -188,6 +190,93 @@ fn summarize(path: &Path) -> Result<SessionSummary, TranscriptError> {
         size,
         message_count,
     })
+}
+
+/// What listing reads of a transcript.
+struct Window {
+    /// The whole file, or its first [`PEEK`] bytes.
+    head: Vec<u8>,
+    /// For a longer file, its last [`PEEK`] bytes and the byte before them.
+    tail: Option<Vec<u8>>,
+}
+
+impl Window {
+    /// The head's complete lines.
+    fn head_lines(&self) -> &[u8] {
+        match (&self.tail, memchr::memrchr(b'\n', &self.head)) {
+            (None, _) => &self.head,
+            // Cut mid-line at the window's end: that last piece is not an entry.
+            (Some(_), Some(end)) => &self.head[..end],
+            (Some(_), None) => &[],
+        }
+    }
+
+    /// The tail's complete lines (empty for a file read whole).
+    fn tail_lines(&self) -> &[u8] {
+        match &self.tail {
+            None => &[],
+            // The byte before the window says whether its first line is complete.
+            Some(t) => match memchr::memchr(b'\n', t) {
+                Some(i) => &t[i + 1..],
+                None => &[],
+            },
+        }
+    }
+}
+
+/// Reads the head and tail of a file of `size` bytes (as `stat` saw it: bytes the CLI appends
+/// meanwhile are not read).
+fn read_window(file: &mut std::fs::File, size: u64) -> std::io::Result<Window> {
+    let peek = PEEK as u64;
+    if size <= 2 * peek {
+        let mut head = Vec::with_capacity(size as usize);
+        file.take(size).read_to_end(&mut head)?;
+        return Ok(Window { head, tail: None });
+    }
+    let mut head = Vec::with_capacity(PEEK);
+    file.by_ref().take(peek).read_to_end(&mut head)?;
+    file.seek(SeekFrom::Start(size - peek - 1))?;
+    let mut tail = Vec::with_capacity(PEEK + 1);
+    file.take(peek + 1).read_to_end(&mut tail)?;
+    Ok(Window {
+        head,
+        tail: Some(tail),
+    })
+}
+
+/// The latest title records seen, scanning from the end.
+#[derive(Default)]
+struct Titles {
+    custom: Option<String>,
+    ai: Option<String>,
+    summary: Option<String>,
+}
+
+impl Titles {
+    fn note(&mut self, line: &[u8]) {
+        // Only title records are parsed; everything else is skipped as bytes.
+        if memchr::memmem::find(line, b"-title\"").is_none()
+            && memchr::memmem::find(line, b"\"type\":\"summary\"").is_none()
+        {
+            return;
+        }
+        let Ok(Value::Object(e)) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        let (slot, keys): (_, &[&str]) = match e.get("type").and_then(Value::as_str) {
+            Some("custom-title") => (&mut self.custom, &["customTitle", "title"]),
+            Some("ai-title") => (&mut self.ai, &["aiTitle", "title"]),
+            Some("summary") => (&mut self.summary, &["summary"]),
+            _ => return,
+        };
+        if slot.is_none() {
+            *slot = keys
+                .iter()
+                .find_map(|k| e.get(*k).and_then(Value::as_str))
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned);
+        }
+    }
 }
 
 fn count(hay: &[u8], needle: &[u8]) -> usize {

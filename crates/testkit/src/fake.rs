@@ -122,6 +122,9 @@ struct State {
     rules: Mutex<Vec<(Rule, usize)>>,
     default_reply: Mutex<Reply>,
     mints: AtomicUsize,
+    mint_notify: tokio::sync::Notify,
+    /// While set and closed, mint requests are held after they are counted.
+    mint_hold: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
     failing_mints: Mutex<VecDeque<(u16, Value)>>,
     reject_messages: AtomicUsize,
     tokens: Mutex<Tokens>,
@@ -178,6 +181,8 @@ impl FakeUpstream {
             rules: Mutex::new(Vec::new()),
             default_reply: Mutex::new(Reply::text("ok")),
             mints: AtomicUsize::new(0),
+            mint_notify: tokio::sync::Notify::new(),
+            mint_hold: Mutex::new(None),
             failing_mints: Mutex::new(VecDeque::new()),
             reject_messages: AtomicUsize::new(0),
             tokens: Mutex::new(Tokens {
@@ -242,6 +247,26 @@ impl FakeUpstream {
         self.state.mints.load(Ordering::SeqCst)
     }
 
+    /// Holds every mint request from now on, once it has arrived and been counted, until the
+    /// returned gate opens: a test can act while a mint is in flight.
+    pub fn hold_mints(&self) -> Gate {
+        let (gate, rx) = Gate::new();
+        *lock(&self.state.mint_hold) = Some(rx);
+        gate
+    }
+
+    /// Waits until at least `n` calls to `/copilot_internal/v2/token` have arrived.
+    pub async fn wait_mints(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        wait_count(
+            &self.state.mint_notify,
+            || self.mint_count(),
+            n,
+            timeout,
+            "mints",
+        )
+        .await
+    }
+
     /// The last minted Copilot token.
     pub fn current_copilot_token(&self) -> String {
         lock(&self.state.tokens).last.clone()
@@ -294,21 +319,14 @@ impl FakeUpstream {
 
     /// Waits until at least `n` `POST /v1/messages` requests have arrived.
     pub async fn wait_message_requests(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
-        let wait = async {
-            loop {
-                let notified = self.state.request_notify.notified();
-                if self.message_requests().len() >= n {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        tokio::time::timeout(timeout, wait).await.with_context(|| {
-            format!(
-                "{} of {n} message requests after {timeout:?}",
-                self.message_requests().len()
-            )
-        })
+        wait_count(
+            &self.state.request_notify,
+            || self.message_requests().len(),
+            n,
+            timeout,
+            "message requests",
+        )
+        .await
     }
 
     /// Client disconnects (a reply body dropped before it finished) so far.
@@ -318,21 +336,14 @@ impl FakeUpstream {
 
     /// Waits until at least `n` disconnects were recorded.
     pub async fn wait_disconnects(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
-        let wait = async {
-            loop {
-                let notified = self.state.disconnect_notify.notified();
-                if self.disconnects() >= n {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        tokio::time::timeout(timeout, wait).await.with_context(|| {
-            format!(
-                "{} of {n} disconnects after {timeout:?}",
-                self.disconnects()
-            )
-        })
+        wait_count(
+            &self.state.disconnect_notify,
+            || self.disconnects(),
+            n,
+            timeout,
+            "disconnects",
+        )
+        .await
     }
 
     /// Violations of the Copilot header contract seen on `/v1/messages`.
@@ -377,11 +388,28 @@ fn json_resp(status: u16, v: &Value) -> Response<Body> {
     full(status, "application/json", v.to_string())
 }
 
+fn error_envelope(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake_err"})
+}
+
 fn anthropic_error(status: u16, kind: &str, message: &str) -> Response<Body> {
-    json_resp(
-        status,
-        &json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake_err"}),
-    )
+    json_resp(status, &error_envelope(kind, message))
+}
+
+/// A JSON reply that announces its whole `Content-Length` but drops the connection after
+/// `after_bytes` bytes.
+fn cut_json(state: &Arc<State>, status: u16, whole: &str, after_bytes: usize) -> Response<Body> {
+    let whole = Bytes::from(whole.to_owned());
+    let sent = whole.slice(..after_bytes.min(whole.len()));
+    let mut r = Response::new(FakeBody::cut(state.clone(), sent).boxed_unsync());
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(http::header::CONTENT_LENGTH, whole.len().into());
+    r
 }
 
 fn form_or_json(body: &[u8]) -> HashMap<String, String> {
@@ -443,9 +471,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             200,
             &json!({"login": state.config.login, "id": 1, "type": "User"}),
         ),
-        ("GET", "/copilot_internal/v2/token") if github_ok => mint(&state),
+        ("GET", "/copilot_internal/v2/token") if github_ok => mint(&state).await,
         ("GET", "/copilot_internal/v2/token") => {
-            state.mints.fetch_add(1, Ordering::SeqCst);
+            count_mint(&state);
             json_resp(
                 401,
                 &json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}),
@@ -518,8 +546,19 @@ fn device_poll(state: &State, body: &[u8]) -> Response<Body> {
     }
 }
 
-fn mint(state: &State) -> Response<Body> {
+/// Counts a mint request and announces it; returns its number (from 1).
+fn count_mint(state: &State) -> usize {
     let n = state.mints.fetch_add(1, Ordering::SeqCst) + 1;
+    state.mint_notify.notify_waiters();
+    n
+}
+
+async fn mint(state: &State) -> Response<Body> {
+    let n = count_mint(state);
+    let hold = lock(&state.mint_hold).clone();
+    if let Some(mut hold) = hold {
+        let _ = hold.wait_for(|open| *open).await;
+    }
     if let Some((status, body)) = lock(&state.failing_mints).pop_front() {
         return json_resp(status, &body);
     }
@@ -678,8 +717,25 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
             status,
             error_type,
             message,
+            cut_after: None,
         } => anthropic_error(status, &error_type, &message),
+        Kind::Error {
+            status,
+            error_type,
+            message,
+            cut_after: Some(n),
+        } => cut_json(
+            state,
+            status,
+            &error_envelope(&error_type, &message).to_string(),
+            n,
+        ),
         Kind::Json(v) => json_resp(200, &v),
+        Kind::Raw {
+            status,
+            content_type,
+            body,
+        } => full(status, &content_type, body),
         Kind::Blocks {
             blocks,
             stop_reason,
@@ -687,6 +743,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
         } if !stream => {
             let message = render_message(&blocks, &stop_reason, &model, id, input_tokens);
             match plan {
+                Plan::CutAfterBytes(n) => cut_json(state, 200, &message.to_string(), n),
                 // A gate holds the whole (non-streaming) reply until it opens.
                 Plan::GateAfter(_, mut gate) => {
                     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
@@ -747,6 +804,10 @@ fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<
         }
         Plan::TruncateAfter(n) => {
             FakeBody::ready(state.clone(), batch(&events[..n.min(events.len())], per))
+        }
+        Plan::CutAfterBytes(n) => {
+            let whole = Bytes::from(events.concat());
+            FakeBody::cut(state.clone(), whole.slice(..n.min(whole.len())))
         }
         other => {
             let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
@@ -812,10 +873,24 @@ async fn wait_or_closed(
     }
 }
 
+/// How a body ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Normally.
+    No,
+    /// With an error, once what was sent has been flushed.
+    Pending,
+    /// With an error now: the bytes before it are on the wire.
+    Now,
+}
+
 /// A reply body that records a disconnect when dropped before it finished.
 struct FakeBody {
     state: Arc<State>,
     source: Source,
+    /// End with an error instead of the end of the body: hyper then drops the connection
+    /// without completing the message (no last chunk, or fewer bytes than `Content-Length`).
+    cut: Cut,
     finished: bool,
 }
 
@@ -829,6 +904,16 @@ impl FakeBody {
         FakeBody {
             state,
             source: Source::Ready(chunks.into()),
+            cut: Cut::No,
+            finished: false,
+        }
+    }
+
+    fn cut(state: Arc<State>, sent: Bytes) -> FakeBody {
+        FakeBody {
+            state,
+            source: Source::Ready(VecDeque::from([sent])),
+            cut: Cut::Pending,
             finished: false,
         }
     }
@@ -837,6 +922,7 @@ impl FakeBody {
         FakeBody {
             state,
             source: Source::Channel(rx),
+            cut: Cut::No,
             finished: false,
         }
     }
@@ -856,10 +942,27 @@ impl hyper::body::Body for FakeBody {
         };
         match next {
             Poll::Ready(Some(b)) => Poll::Ready(Some(Ok(Frame::data(b)))),
-            Poll::Ready(None) => {
-                self.finished = true;
-                Poll::Ready(None)
-            }
+            Poll::Ready(None) => match self.cut {
+                Cut::No => {
+                    self.finished = true;
+                    Poll::Ready(None)
+                }
+                // hyper drops a connection at a body error without flushing what it
+                // buffered; one pending poll first lets it write the bytes sent so far.
+                Cut::Pending => {
+                    self.cut = Cut::Now;
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                Cut::Now => {
+                    // Ended as scripted, so not a client disconnect.
+                    self.finished = true;
+                    Poll::Ready(Some(Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "scripted cut-off",
+                    ))))
+                }
+            },
             Poll::Pending => Poll::Pending,
         }
     }
@@ -926,4 +1029,26 @@ pub fn default_models() -> Vec<Value> {
         json!({"id": "text-embedding-3-small", "name": "Embedding V3 small", "vendor": "Azure OpenAI", "object": "model",
                "model_picker_enabled": false, "capabilities": {"type": "embeddings"}}),
     ]
+}
+
+/// Waits until `count()` reaches `n`; `notify` fires whenever it may have grown.
+async fn wait_count(
+    notify: &tokio::sync::Notify,
+    count: impl Fn() -> usize,
+    n: usize,
+    timeout: Duration,
+    what: &str,
+) -> anyhow::Result<()> {
+    let wait = async {
+        loop {
+            let notified = notify.notified();
+            if count() >= n {
+                return;
+            }
+            notified.await;
+        }
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .with_context(|| format!("{} of {n} {what} after {timeout:?}", count()))
 }

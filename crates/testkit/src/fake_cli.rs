@@ -37,6 +37,13 @@ pub enum Scenario {
         /// Control request frames (one JSON object each).
         requests: Vec<String>,
     },
+    /// Prints `frames` assistant frames numbered 1.. in `n` before reading anything, then
+    /// answers every control request it reads with success and
+    /// `{"frames_before": frames}`: each answer follows all those frames on stdout.
+    FloodThenAnswer {
+        /// How many frames come first.
+        frames: usize,
+    },
     /// Any script body.
     Custom(String),
 }
@@ -76,6 +83,18 @@ pub fn write(dir: &Path, scenario: &Scenario) -> std::io::Result<PathBuf> {
             b.push_str("echo \"{\\\"type\\\":\\\"result\\\",\\\"subtype\\\":\\\"success\\\",\\\"result\\\":\\\"$escaped\\\"}\"\n");
             b
         }
+        Scenario::FloodThenAnswer { frames } => concat!(
+            r#"for ((i = 1; i <= FRAMES; i++)); do printf '{"type":"assistant","n":%d}\n' "$i"; done"#,
+            "\n",
+            r#"while read -r line; do"#,
+            "\n",
+            r#"  id=$(printf '%s' "$line" | sed -n 's/.*"request_id":"\([^"]*\)".*/\1/p')"#,
+            "\n",
+            r#"  [ -n "$id" ] && printf '{"type":"control_response","response":{"subtype":"success","request_id":"%s","response":{"frames_before":FRAMES}}}\n' "$id""#,
+            "\n",
+            "done",
+        )
+        .replace("FRAMES", &frames.to_string()),
         Scenario::Custom(body) => body.clone(),
     };
     let path = dir.join(format!("fake-claude-{}", uuid::Uuid::new_v4().simple()));

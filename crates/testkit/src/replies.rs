@@ -51,6 +51,12 @@ pub enum Block {
 pub struct Gate(tokio::sync::watch::Sender<bool>);
 
 impl Gate {
+    /// A closed gate and the receiver that waits for it.
+    pub(crate) fn new() -> (Gate, tokio::sync::watch::Receiver<bool>) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (Gate(tx), rx)
+    }
+
     /// Lets the rest of the reply through.
     pub fn open(&self) {
         let _ = self.0.send(true);
@@ -62,6 +68,7 @@ pub(crate) enum Plan {
     Normal,
     ErrorAfter(usize, String, String),
     TruncateAfter(usize),
+    CutAfterBytes(usize),
     SilentAfterStart(Duration),
     SilentBeforeFirst(Duration),
     GateAfter(usize, tokio::sync::watch::Receiver<bool>),
@@ -78,8 +85,15 @@ pub(crate) enum Kind {
         status: u16,
         error_type: String,
         message: String,
+        /// Drop the connection after this many bytes of the body.
+        cut_after: Option<usize>,
     },
     Json(Value),
+    Raw {
+        status: u16,
+        content_type: String,
+        body: String,
+    },
 }
 
 /// What the fake answers to a `/v1/messages` request.
@@ -159,6 +173,26 @@ impl Reply {
                 status,
                 error_type: error_type.into(),
                 message: message.into(),
+                cut_after: None,
+            },
+            headers: Vec::new(),
+        }
+    }
+
+    /// As [`Reply::error_before_stream`], but the connection drops after the first
+    /// `after_bytes` bytes of the body (its full `Content-Length` announced).
+    pub fn error_cut_off(
+        status: u16,
+        error_type: &str,
+        message: &str,
+        after_bytes: usize,
+    ) -> Reply {
+        Reply {
+            kind: Kind::Error {
+                status,
+                error_type: error_type.into(),
+                message: message.into(),
+                cut_after: Some(after_bytes),
             },
             headers: Vec::new(),
         }
@@ -179,6 +213,17 @@ impl Reply {
             vec![Block::Text(split_text("cut short before the end", 4))],
             "end_turn",
             Plan::TruncateAfter(after_events),
+        )
+    }
+
+    /// A text reply whose connection drops after its first `after_bytes` bytes, as when a
+    /// network path fails mid-body: a JSON reply declares its full `Content-Length`, an SSE
+    /// reply is chunked and never sends its last chunk.
+    pub fn cut_off(text: &str, after_bytes: usize) -> Reply {
+        Self::blocks_with(
+            vec![Block::Text(split_text(text, 4))],
+            "end_turn",
+            Plan::CutAfterBytes(after_bytes),
         )
     }
 
@@ -236,6 +281,18 @@ impl Reply {
     pub fn json(value: Value) -> Reply {
         Reply {
             kind: Kind::Json(value),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Any body with any status, sent as given (a captive portal's HTML page, say).
+    pub fn raw(status: u16, content_type: &str, body: &str) -> Reply {
+        Reply {
+            kind: Kind::Raw {
+                status,
+                content_type: content_type.into(),
+                body: body.into(),
+            },
             headers: Vec::new(),
         }
     }

@@ -232,6 +232,66 @@ async fn dropping_a_reply_mid_stream_is_recorded_as_a_disconnect() {
     assert_eq!(fake.disconnects(), 1);
 }
 
+/// Sends one `POST /v1/messages` over a bare socket and returns everything the fake wrote
+/// before it closed the connection: the wire itself, not what a client library makes of it.
+async fn raw_exchange(fake: &FakeUpstream, token: &str, body: &Value) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = body.to_string();
+    let mut sock = tokio::net::TcpStream::connect(fake.addr()).await.unwrap();
+    let req = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {}\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        fake.addr(),
+        body.len()
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), sock.read_to_end(&mut out))
+        .await
+        .expect("the fake never closed the connection")
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn cut_off_replies_drop_the_connection_mid_body() {
+    let fake = FakeUpstream::start().await.unwrap();
+    let tok = mint(&fake).await;
+    fake.push(Rule {
+        when: Match::LastUserContains("json".into()),
+        reply: Reply::cut_off("never whole", 40),
+        times: None,
+    });
+    fake.push(Rule {
+        when: Match::LastUserContains("sse".into()),
+        reply: Reply::cut_off("never whole", 300),
+        times: None,
+    });
+    let ask = |text: &str, stream: bool| json!({"model": "claude-opus-5.5", "stream": stream, "messages": [{"role": "user", "content": text}]});
+
+    let wire = raw_exchange(&fake, &tok, &ask("json", false)).await;
+    let (head, body) = wire.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    let declared: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(body.len(), 40, "{body:?}");
+    assert!(declared > 40, "{head}");
+    assert!(body.starts_with(r#"{"id":"msg_fake_"#), "{body}");
+
+    let wire = raw_exchange(&fake, &tok, &ask("sse", true)).await;
+    let (head, body) = wire.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(body.contains("event: message_start"), "{body}");
+    // No terminating zero-length chunk: the message is incomplete on the wire.
+    assert!(!body.ends_with("0\r\n\r\n"), "{body}");
+    assert!(!body.contains("message_stop"), "{body}");
+    // Scripted cuts are the fake's doing, not a client giving up.
+    assert_eq!(fake.disconnects(), 0);
+}
+
 #[test]
 fn the_pinned_cli_is_available_and_pinned() {
     let bin = claude_host_testkit::cli::pinned_cli().unwrap();

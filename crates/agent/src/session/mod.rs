@@ -8,7 +8,7 @@ mod task;
 
 pub(crate) use task::{Overlay, SessionSpec, spawn};
 
-use crate::outbox::Published;
+use crate::outbox::{Published, ReplayRing};
 use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::notifications::PartialSessionSummary;
@@ -19,7 +19,7 @@ use claude_host_sdk::{SessionError, SessionOptions};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use task::Command;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -172,6 +172,14 @@ struct Shared {
     instance: u64,
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<SessionStatus>,
+    /// Set by the task as it ends, before its command channel closes.
+    ended: Arc<OnceLock<Ended>>,
+}
+
+/// What a session leaves behind when it ends, for subscribers still catching up.
+struct Ended {
+    snapshot: SessionSnapshot,
+    ring: ReplayRing,
 }
 
 /// A handle on a session (cheap to clone). Every method talks to the session's task.
@@ -620,6 +628,16 @@ fn one(key: &str, value: Value) -> JsonObject {
     m
 }
 
+/// How a lagging subscriber went on.
+enum CatchUp {
+    /// The missed actions are in its backlog.
+    Backlog,
+    /// It starts over from this snapshot.
+    Resync(SessionEvent),
+    /// The session is gone and left nothing to catch up from.
+    Ended,
+}
+
 /// A live view of a session's actions. A subscriber that falls behind the live ring catches
 /// up from the session's replay ring; one that falls behind that too gets a
 /// [`SessionEvent::Resync`] with the current state. Nothing is skipped silently.
@@ -645,29 +663,42 @@ impl SessionSubscription {
         &self.handle
     }
 
-    /// Catches up after the live ring overflowed: from the replay ring, else from a snapshot.
-    async fn catch_up(&mut self, missed: u64) -> Option<SessionEvent> {
+    /// Catches up after the live ring overflowed: from the replay ring, else from a snapshot
+    /// (from what the session left behind if it has ended meanwhile).
+    async fn catch_up(&mut self, missed: u64) -> CatchUp {
         tracing::debug!(session = %self.handle.id(), missed, "a subscriber fell behind; catching up from the replay ring");
         match self.handle.replay_after(self.last_seq).await {
             Ok(Some((actions, sub))) => {
                 self.backlog.extend(actions);
                 self.live = sub.live;
-                None
+                return CatchUp::Backlog;
             }
             Ok(None) => {
                 tracing::warn!(session = %self.handle.id(), missed, "a subscriber fell behind the replay ring; resynchronising it from a snapshot");
-                match self.handle.subscribe().await {
-                    Ok((snapshot, sub)) => {
-                        self.live = sub.live;
-                        self.backlog.clear();
-                        self.last_seq = snapshot.seq;
-                        Some(SessionEvent::Resync(Box::new(snapshot)))
-                    }
-                    Err(_) => None,
+                if let Ok((snapshot, sub)) = self.handle.subscribe().await {
+                    self.live = sub.live;
+                    return self.resync(snapshot);
                 }
             }
-            Err(_) => None,
+            Err(_) => {}
         }
+        // Ended meanwhile: the rest is in what it left (the live receiver only has its tail).
+        let Some(ended) = self.handle.0.ended.get() else {
+            return CatchUp::Ended;
+        };
+        match ended.ring.after(self.last_seq) {
+            Some(actions) => {
+                self.backlog.extend(actions);
+                CatchUp::Backlog
+            }
+            None => self.resync(ended.snapshot.clone()),
+        }
+    }
+
+    fn resync(&mut self, snapshot: SessionSnapshot) -> CatchUp {
+        self.backlog.clear();
+        self.last_seq = snapshot.seq;
+        CatchUp::Resync(SessionEvent::Resync(Box::new(snapshot)))
     }
 
     fn take(&mut self, p: Arc<Published>) -> Option<SessionEvent> {
@@ -695,11 +726,10 @@ impl SessionSubscription {
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    if let Some(resync) = self.catch_up(missed).await {
-                        return Some(resync);
-                    }
-                    if self.handle.is_closed() && self.backlog.is_empty() {
-                        return None;
+                    match self.catch_up(missed).await {
+                        CatchUp::Backlog => {}
+                        CatchUp::Resync(ev) => return Some(ev),
+                        CatchUp::Ended => return None,
                     }
                 }
             }
@@ -717,7 +747,11 @@ impl SessionSubscription {
             match self.live.try_recv() {
                 Ok(p) => out.extend(self.take(p)),
                 Err(broadcast::error::TryRecvError::Lagged(missed)) => {
-                    out.extend(self.catch_up(missed).await);
+                    match self.catch_up(missed).await {
+                        CatchUp::Backlog => {}
+                        CatchUp::Resync(ev) => out.push(ev),
+                        CatchUp::Ended => return out,
+                    }
                 }
                 Err(_) => return out,
             }

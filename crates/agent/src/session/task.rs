@@ -14,7 +14,7 @@ mod turns;
 
 use super::bridge::Bridge;
 use super::{
-    ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionHandle,
+    ChannelKind, ChatSessionError, Confirmation, Ended, ForkedSession, InputReply, SessionHandle,
     SessionNotice, SessionSnapshot, SessionStatus, SessionUris, Shared,
 };
 use crate::actions::{self, Ready};
@@ -369,12 +369,14 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         ..SessionStatus::default()
     };
     let (status_tx, status_rx) = watch::channel(initial);
+    let ended = Arc::new(std::sync::OnceLock::new());
     let handle = SessionHandle(Arc::new(Shared {
         id: spec.id.clone(),
         uris: spec.uris.clone(),
         instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
         commands: commands_tx,
         status: status_rx,
+        ended: ended.clone(),
     }));
     let turns_started = chat.turns.len();
     let instance = handle.instance();
@@ -428,6 +430,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         idle_since: None,
         closing: false,
         close_waiters: Vec::new(),
+        ended,
     };
     tokio::spawn(task.run());
     handle
@@ -567,6 +570,8 @@ struct Task {
     idle_since: Option<Instant>,
     closing: bool,
     close_waiters: Vec<oneshot::Sender<()>>,
+    /// Where it leaves its last state and replay ring when it ends.
+    ended: Arc<std::sync::OnceLock<Ended>>,
 }
 
 impl Task {
@@ -908,16 +913,22 @@ impl Task {
             let _ = w.job.await;
         }
         self.sync_status();
+        // Before the command channel closes: a subscriber that fell behind and then finds
+        // the session gone catches up from these.
+        let _ = self.ended.set(Ended {
+            snapshot: self.snapshot(),
+            ring: self.outbox.take_ring(),
+        });
+        // Before the command channel closes ([`SessionHandle::closed`]): whoever waits for
+        // that sees the session gone from the registry and the count.
+        if let Some(exit) = self.exit.take() {
+            (exit.on_exit)(exit.instance);
+            exit.live_tasks.fetch_sub(1, Ordering::SeqCst);
+        }
         // Commands that arrived meanwhile learn the session is closed.
         self.commands.close();
         while let Ok(cmd) = self.commands.try_recv() {
             refuse_command(cmd);
-        }
-        // Before the command channel closes (the last thing): whoever waits for it sees the
-        // session gone from the registry and the count.
-        if let Some(exit) = self.exit.take() {
-            (exit.on_exit)(exit.instance);
-            exit.live_tasks.fetch_sub(1, Ordering::SeqCst);
         }
         for w in self.close_waiters.drain(..) {
             let _ = w.send(());

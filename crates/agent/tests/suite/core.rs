@@ -43,30 +43,45 @@ fn gated_cli(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     let users = dir.join("users.log");
     mkfifo(&gate);
     mkfifo(&pid);
+    let cli = scripted_cli(
+        dir,
+        "gated",
+        &format!(
+            "echo $$ > '{}'\nread -r go < '{}'",
+            pid.display(),
+            gate.display()
+        ),
+        &format!(
+            r#"printf '%s\n' "$line" >> '{}'
+      echo '{{"type":"system","subtype":"init","session_id":"s"}}'
+      echo "$RESULT""#,
+            users.display()
+        ),
+    );
+    (cli, gate, pid, users)
+}
+
+/// A fake CLI: runs `start` first, then answers control requests with success and runs
+/// `on_user` for each user line (in `$line`; `$RESULT` holds a result frame).
+fn scripted_cli(dir: &Path, name: &str, start: &str, on_user: &str) -> PathBuf {
     let script = format!(
         r#"RESULT='{RESULT_FRAME}'
-echo $$ > '{pid}'
-read -r go < '{gate}'
 reply() {{
   id=$(printf '%s' "$1" | sed -E 's/.*"request_id":"([^"]+)".*/\1/')
   printf '{{"type":"control_response","response":{{"subtype":"success","request_id":"%s","response":{{}}}}}}\n' "$id"
 }}
+{start}
 while IFS= read -r line; do
   case "$line" in
     *'"control_request"'*) reply "$line" ;;
-    *'"type":"user"'*)
-      printf '%s\n' "$line" >> '{users}'
-      echo '{{"type":"system","subtype":"init","session_id":"s"}}'
-      echo "$RESULT" ;;
+    *'"type":"user"'*) {on_user} ;;
   esac
 done
-"#,
-        pid = pid.display(),
-        gate = gate.display(),
-        users = users.display(),
+"#
     );
-    let cli = write(dir, &Scenario::Custom(script)).unwrap();
-    (cli, gate, pid, users)
+    let sub = dir.join(name);
+    std::fs::create_dir_all(&sub).unwrap();
+    write(&sub, &Scenario::Custom(script)).unwrap()
 }
 
 async fn read_fifo(path: &Path) -> String {
@@ -120,7 +135,9 @@ async fn mirror(
     (resyncs, seqs)
 }
 
-async fn stalled_subscriber_ends_equal(replay: usize) -> (usize, Vec<u64>) {
+/// A subscriber reads nothing during a 10,000-delta turn (and, with `close_first`, until the
+/// session has closed), then reads everything: its state ends equal to the server's.
+async fn stalled_subscriber_ends_equal(replay: usize, close_first: bool) -> (usize, Vec<u64>) {
     let e = env().await;
     e.fake.push(Rule {
         when: Match::LastUserContains("flood".into()),
@@ -137,8 +154,15 @@ async fn stalled_subscriber_ends_equal(replay: usize) -> (usize, Vec<u64>) {
         .await
         .unwrap()
         .unwrap();
-    let (resyncs, seqs) = mirror(&s, &mut session, &mut chat, &mut sub).await;
     let server = s.snapshot().await.unwrap();
+    if close_first {
+        s.close().await;
+    }
+    let (resyncs, seqs) = mirror(&s, &mut session, &mut chat, &mut sub).await;
+    if close_first {
+        let end = tokio::time::timeout(WAIT, sub.recv()).await.unwrap();
+        assert!(end.is_none(), "the stream ends after the last action");
+    }
     assert_eq!(
         serde_json::to_value(&chat).unwrap(),
         serde_json::to_value(&server.chat).unwrap(),
@@ -165,7 +189,7 @@ async fn stalled_subscriber_ends_equal(replay: usize) -> (usize, Vec<u64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_stops_reading_catches_up_from_the_replay_ring_without_a_gap() {
-    let (resyncs, seqs) = stalled_subscriber_ends_equal(50_000).await;
+    let (resyncs, seqs) = stalled_subscriber_ends_equal(50_000, false).await;
     assert_eq!(resyncs, 0, "the ring held everything it missed");
     assert!(seqs.len() > 10_000);
     assert!(
@@ -176,9 +200,26 @@ async fn a_subscriber_that_stops_reading_catches_up_from_the_replay_ring_without
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_falls_behind_the_ring_is_resynchronised_visibly() {
-    let (resyncs, seqs) = stalled_subscriber_ends_equal(64).await;
+    let (resyncs, seqs) = stalled_subscriber_ends_equal(64, false).await;
     assert!(resyncs >= 1, "told it was resynchronised");
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "never backwards");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_behind_when_the_session_closes_still_gets_every_action() {
+    let (resyncs, seqs) = stalled_subscriber_ends_equal(50_000, true).await;
+    assert_eq!(
+        resyncs, 0,
+        "what the session left held everything it missed"
+    );
+    assert!(seqs.len() > 10_000);
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_behind_the_ring_when_the_session_closes_is_resynchronised() {
+    let (resyncs, _) = stalled_subscriber_ends_equal(64, true).await;
+    assert!(resyncs >= 1, "resynchronised from the session's last state");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -493,4 +534,81 @@ async fn an_unreadable_store_record_is_never_overwritten() {
         "nothing written over a record that could not be read"
     );
     assert_eq!(store.inner.get(&id).await.unwrap(), Some(kept));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_the_cli_starts_on_its_own_ends_when_it_goes_idle_without_a_result() {
+    let e = env().await;
+    // Our turn ends with a result; then the CLI runs a turn of its own that reports no result.
+    let cli = scripted_cli(
+        e.dir.path(),
+        "own-turn",
+        "",
+        r#"echo "$RESULT"
+      echo '{"type":"system","subtype":"session_state_changed","state":"idle"}'
+      echo '{"type":"system","subtype":"session_state_changed","state":"running"}'
+      echo '{"type":"assistant","message":{"id":"m9","type":"message","role":"assistant","content":[{"type":"text","text":"background note"}]},"session_id":"s"}'
+      echo '{"type":"system","subtype":"session_state_changed","state":"idle"}'"#,
+    );
+    let mut opts = e.opts();
+    opts.cli = cli;
+    let s = e.session(opts);
+    let mut rx = Actions::of(&s).await;
+    s.send("first").await.unwrap();
+    let mut ended = Vec::new();
+    while ended.len() < 2 {
+        let v = serde_json::to_value(rx.recv().await).unwrap();
+        if v["type"] == "chat/turnComplete" {
+            ended.push(v["turnId"].as_str().unwrap().to_owned());
+        }
+    }
+    let state = serde_json::to_value(s.state().await).unwrap();
+    let turns = state["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{state}");
+    assert_eq!(turns[1]["id"], json!(ended[1]));
+    assert_eq!(turns[1]["state"], "complete");
+    assert!(turns[1].to_string().contains("background note"), "{state}");
+    assert!(state["activeTurn"].is_null(), "{state}");
+    // The session is free for the next prompt.
+    let next = tokio::time::timeout(WAIT, s.send("second")).await.unwrap();
+    assert!(next.is_ok(), "{next:?}");
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_the_cli_cannot_take_fails_alone_and_the_queued_one_gets_a_new_cli() {
+    let e = env().await;
+    let marker = e.dir.path().join("second-start");
+    // The first CLI closes its input right after `initialize` yet stays alive; a second one
+    // behaves.
+    let first_start = format!(
+        r#"if [ ! -e '{m}' ]; then
+  : > '{m}'
+  IFS= read -r line
+  exec 0<&-
+  reply "$line"
+  exec sleep 600
+fi"#,
+        m = marker.display()
+    );
+    let mut opts = e.opts();
+    opts.cli = scripted_cli(e.dir.path(), "deaf", &first_start, r#"echo "$RESULT""#);
+    let s = e.session(opts);
+    // Polled in order: the first opens a turn, the second queues behind it.
+    let (first, second) = tokio::time::timeout(WAIT, async {
+        tokio::join!(s.send("first"), s.send("second"))
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(first, Err(ChatSessionError::Session(_))),
+        "{first:?}"
+    );
+    assert!(
+        second.is_ok(),
+        "the queued prompt ran on a new CLI: {second:?}"
+    );
+    assert_eq!(s.status().materializations, 2);
+    assert_eq!(turn_states(&s).await, ["error", "complete"]);
+    s.close().await;
 }

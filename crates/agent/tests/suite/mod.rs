@@ -101,6 +101,22 @@ impl Env {
 }
 
 /// A session's chat actions as a test reads them.
+/// Each turn's state (`complete`, `error`, …), oldest first.
+pub(crate) async fn turn_states(s: &SessionHandle) -> Vec<String> {
+    s.state()
+        .await
+        .turns
+        .iter()
+        .map(|t| {
+            serde_json::to_value(t.state)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
 pub(crate) struct Actions {
     sub: claude_host_agent::SessionSubscription,
     chat: String,

@@ -375,14 +375,7 @@ async fn a_cli_killed_mid_turn_errors_the_turn_and_the_next_send_resumes_with_hi
     let r = s.send("which fruit did I say?").await;
     r.unwrap();
     assert_eq!(s.materializations(), 2, "a new CLI resumed the session");
-    let state = serde_json::to_value(s.state().await).unwrap();
-    let states: Vec<&str> = state["turns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["state"].as_str().unwrap())
-        .collect();
-    assert_eq!(states, ["complete", "error", "complete"]);
+    assert_eq!(turn_states(&s).await, ["complete", "error", "complete"]);
     let last = e.fake.message_requests().pop().unwrap().json().to_string();
     assert!(
         last.contains("remember papaya") && last.contains("Papaya it is."),

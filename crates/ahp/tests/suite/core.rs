@@ -539,3 +539,52 @@ async fn a_config_change_waiting_on_the_cli_does_not_hold_up_the_clients_other_r
         sonnet.as_str()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_sign_in_stalls_no_other_request_of_any_client() {
+    let e = env().await;
+    let a = e.client().await;
+    initialize(&a, "client-a").await;
+    // GitHub takes its time to exchange the token.
+    let gate = e.fake.hold_mints();
+    let signing_in = tokio::spawn(async move {
+        let r: Result<Value, _> = a
+            .request(
+                "authenticate",
+                json!({"channel": "ahp-root://", "resource": GITHUB_RESOURCE, "token": GITHUB_TOKEN}),
+            )
+            .await;
+        (a, r)
+    });
+    e.fake.wait_mints(1, WAIT).await.unwrap();
+    let quick = Duration::from_secs(5);
+    let b = tokio::time::timeout(quick, async {
+        let b = e.client().await;
+        initialize(&b, "client-b").await;
+        b
+    })
+    .await
+    .expect("another client connects and initializes meanwhile");
+    let listed: Value = tokio::time::timeout(
+        quick,
+        b.request("listSessions", json!({"channel": "ahp-root://"})),
+    )
+    .await
+    .expect("listSessions answered meanwhile")
+    .unwrap();
+    assert!(listed["items"].is_array());
+    let _: Value =
+        tokio::time::timeout(quick, b.request("ping", json!({"channel": "ahp-root://"})))
+            .await
+            .expect("ping answered meanwhile")
+            .unwrap();
+    assert!(!signing_in.is_finished(), "the sign-in is still waiting");
+    gate.open();
+    let (a, signed_in) = tokio::time::timeout(WAIT, signing_in)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(signed_in.is_ok(), "{signed_in:?}");
+    // Signed in: a session can be created now.
+    e.create_session(&a).await;
+}

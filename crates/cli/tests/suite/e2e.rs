@@ -536,3 +536,96 @@ async fn run_keeps_the_session_overlay_and_resumes_with_history() {
         "the session's model kept"
     );
 }
+
+/// The text of the newest turn in a chat state (as `run --json` prints it on a resync).
+fn turn_text(chat: &Value) -> String {
+    let turn = if chat["activeTurn"].is_object() {
+        &chat["activeTurn"]
+    } else {
+        chat["turns"].as_array().unwrap().last().unwrap()
+    };
+    turn["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "markdown")
+        .map(|p| p["content"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_output_nobody_reads_for_a_whole_turn_stalls_nothing_and_loses_nothing() {
+    let h = Host::new().await;
+    let words: Vec<String> = (0..10_000).map(|i| format!("w{i} ")).collect();
+    let expected = words.concat();
+    h.fake.push(rule(Match::Always, Reply::text_deltas(words)));
+    let mut c = h.cmd();
+    c.args(["run", "--json", "a long answer"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (out, intro) = blocking(move || {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        (out, serde_json::from_str::<Value>(&line).unwrap())
+    })
+    .await;
+    let id = intro["id"].as_str().unwrap().to_owned();
+    // Nobody reads the output while the whole turn runs (the pipe fills after a few hundred
+    // lines): the turn still ends, which the host marks by saving the session.
+    let db = h.home().join("sessions.sqlite");
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if db.exists()
+                && let Ok(store) = claude_host_store::SqliteStore::open(&db).await
+                && claude_host_store::Store::get(&store, &id)
+                    .await
+                    .is_ok_and(|r| r.is_some())
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the turn ended on the host");
+    let (lines, status) = blocking(move || {
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+            .collect();
+        (lines, child.wait().unwrap())
+    })
+    .await;
+    assert!(status.success());
+    // What was printed late is whole: caught up from the replay buffer, or resynchronised
+    // from a snapshot (the `resync` line) if it fell further behind than that.
+    let mut text = String::new();
+    for l in &lines {
+        match l["type"].as_str().unwrap() {
+            "resync" => text = turn_text(&l["chat"]),
+            "chat/delta" => text.push_str(l["content"].as_str().unwrap()),
+            "chat/responsePart" if l["part"]["kind"] == "markdown" => {
+                text.push_str(l["part"]["content"].as_str().unwrap());
+            }
+            _ => {}
+        }
+    }
+    // The output ends with the turn's end: its action, or a resync to a state showing it.
+    let last = lines.last().unwrap();
+    match last["type"].as_str().unwrap() {
+        "resync" => {
+            assert!(last["chat"]["activeTurn"].is_null(), "{last}");
+            let turns = last["chat"]["turns"].as_array().unwrap();
+            assert_eq!(turns.last().unwrap()["state"], "complete");
+        }
+        other => assert_eq!(other, "chat/turnComplete"),
+    }
+    assert!(
+        text == expected,
+        "{} of {} bytes",
+        text.len(),
+        expected.len()
+    );
+}

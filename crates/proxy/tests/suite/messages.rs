@@ -282,6 +282,87 @@ async fn upstream_error_statuses_and_envelopes_pass_through() {
     assert_eq!(body["error"]["type"], "overloaded_error");
 }
 
+/// Status and body text of a reply, the body as JSON (a panic shows what arrived instead).
+async fn status_and_json(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    let body = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("HTTP {status} with a body that is not JSON ({e}): {text:?}"));
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_non_streaming_reply_cut_off_mid_body_is_a_502_not_a_partial_200() {
+    let e = env().await;
+    e.fake.push(rule(
+        Match::LastUserContains("cut me".into()),
+        Reply::cut_off("an answer that never arrives whole", 40)
+            .with_header("request-id", "req_cut"),
+    ));
+    let resp = e.messages(request("cut me", false)).await;
+    // The upstream's request id stays, for whoever reports the failure.
+    assert_eq!(resp.headers()["request-id"], "req_cut");
+    let (status, body) = status_and_json(resp).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "api_error");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("upstream response was cut off after 40 bytes: "),
+        "{msg}"
+    );
+    // The next request is served whole: the failure was that one reply's alone.
+    let (status, body) = status_and_json(e.messages(request("hi", false)).await).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["content"][0]["text"], "ok");
+}
+
+#[tokio::test]
+async fn a_2xx_body_that_is_not_a_json_message_is_a_502() {
+    let e = env().await;
+    e.fake.push(rule(
+        Match::LastUserContains("portal".into()),
+        Reply::raw(200, "text/html", "<html>Sign in to the hotel Wi-Fi</html>"),
+    ));
+    e.fake.push(rule(
+        Match::LastUserContains("array".into()),
+        Reply::json(json!(["not", "a", "message"])),
+    ));
+    let (status, body) = status_and_json(e.messages(request("portal", false)).await).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["type"], "api_error");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("upstream answered HTTP 200 with a body that is not valid JSON"),
+        "{msg}"
+    );
+    let (status, body) = status_and_json(e.messages(request("array", false)).await).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "upstream answered HTTP 200 with JSON that is not a message object"
+    );
+}
+
+#[tokio::test]
+async fn an_error_reply_cut_off_mid_body_keeps_its_status() {
+    let e = env().await;
+    e.fake.push(rule(
+        Match::LastUserContains("limit".into()),
+        Reply::error_cut_off(429, "rate_limit_error", "slow down", 20),
+    ));
+    let (status, body) = status_and_json(e.messages(request("limit", false)).await).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "upstream returned HTTP 429, and its error body was cut off after 20 bytes: "
+        ),
+        "{msg}"
+    );
+}
+
 #[tokio::test]
 async fn unreachable_upstream_is_502_api_error() {
     let fake = FakeUpstream::start().await.unwrap();

@@ -43,12 +43,25 @@ async fn hundred_concurrent_requests_with_an_expired_token_mint_once() {
 #[tokio::test]
 async fn a_caller_giving_up_does_not_cancel_the_shared_mint() {
     let e = env().await;
+    let release = e.fake.hold_mints();
     let copilot = e.copilot.clone();
     let first = tokio::spawn(async move { copilot.token().await });
+    // The first caller's mint has reached GitHub, which holds it there.
+    e.fake.wait_mints(1, Duration::from_secs(10)).await.unwrap();
     first.abort();
-    let tok = e.copilot.token().await.unwrap();
-    assert!(!tok.token.is_empty());
+    assert!(first.await.unwrap_err().is_cancelled());
+    let mut second = std::pin::pin!(e.copilot.token());
+    // One poll runs the second caller up to its wait: it joins the mint in flight, which
+    // cannot have finished (GitHub still holds it).
+    assert!(futures::poll!(second.as_mut()).is_pending());
+    release.open();
+    let tok = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("the second caller never got a token")
+        .unwrap();
     assert_eq!(e.fake.mint_count(), 1);
+    assert!(tok.token.starts_with("tid=1;"), "{}", tok.token);
+    assert_eq!(tok.token, e.fake.current_copilot_token());
 }
 
 #[tokio::test]

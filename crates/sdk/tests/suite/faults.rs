@@ -201,3 +201,26 @@ async fn another_cli_version_is_used_with_its_version_reported() {
         .unwrap_err();
     assert!(err.to_string().contains("--version failed"), "{err}");
 }
+
+#[tokio::test]
+async fn control_answers_arrive_while_nobody_reads_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = write(dir.path(), &Scenario::FloodThenAnswer { frames: 3000 }).unwrap();
+    let s = ClaudeSession::spawn(opts_for(cli, dir.path()), Recorder::with(vec![])).unwrap();
+    let pgid = s.pgid().unwrap();
+    // The CLI answers only after printing 3000 frames, which nobody reads meanwhile: the
+    // answer reaches us only if the reader gets past all of them.
+    let answer = s
+        .request_with_timeout("mcp_status", json!({}), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(answer, json!({"frames_before": 3000}));
+    // None of the frames was lost on the way, and none is out of order.
+    for n in 1..=3000 {
+        let f = s.recv_frame().await.unwrap().unwrap();
+        assert_eq!(f.get("n"), Some(&json!(n)));
+    }
+    assert!(s.try_recv_frame().is_none());
+    drop(s);
+    assert!(group_gone(pgid).await);
+}

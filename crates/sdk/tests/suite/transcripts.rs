@@ -134,6 +134,16 @@ fn titles_from_the_tail_win_over_the_first_prompt() {
         r#"{"type":"user","uuid":"u1","message":{"role":"user","content":"plain prompt"}}"#,
     )
     .unwrap();
+    std::fs::write(
+        proj.join("33333333-3333-4333-8333-333333333333.jsonl"),
+        concat!(
+            r#"{"type":"summary","summary":"Summarised work","leafUuid":"u1"}"#,
+            "\n",
+            r#"{"type":"user","uuid":"u1","message":{"role":"user","content":"plain prompt"}}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
     let listed = list_sessions(dir.path(), None).unwrap();
     let by_id = |id: &str| {
         listed
@@ -147,4 +157,90 @@ fn titles_from_the_tail_win_over_the_first_prompt() {
     assert_eq!(a.git_branch.as_deref(), Some("main"));
     assert_eq!(a.message_count, 1);
     assert_eq!(by_id("2222").summary, "plain prompt");
+    // With no title record, an older CLI's `summary` record names the session.
+    assert_eq!(by_id("3333").summary, "Summarised work");
+    assert_eq!(by_id("3333").first_prompt.as_deref(), Some("plain prompt"));
+}
+
+#[test]
+fn listing_reads_only_the_head_and_tail_of_a_long_transcript() {
+    const WINDOW: usize = 64 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("projects/-p");
+    std::fs::create_dir_all(&proj).unwrap();
+    // Filler entries that are neither messages nor titles.
+    let fill = |out: &mut Vec<u8>, until: usize| {
+        while out.len() < until {
+            out.extend_from_slice(
+                br#"{"type":"progress","data":"........................................"}"#,
+            );
+            out.push(b'\n');
+        }
+    };
+    let mut head = Vec::new();
+    for line in [
+        r#"{"type":"summary","summary":"An old summary","leafUuid":"u0"}"#,
+        r#"{"type":"user","uuid":"u1","cwd":"/p","gitBranch":"feature","message":{"role":"user","content":"the first prompt"}}"#,
+        r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"role":"assistant","content":[{"type":"text","text":"hi"}]}}"#,
+    ] {
+        head.extend_from_slice(line.as_bytes());
+        head.push(b'\n');
+    }
+    fill(&mut head, WINDOW + 100);
+    let mut tail = Vec::new();
+    fill(&mut tail, WINDOW + 100);
+    for line in [
+        r#"{"type":"ai-title","aiTitle":"A generated title","sessionId":"x"}"#,
+        r#"{"type":"custom-title","customTitle":"The user's title","sessionId":"x"}"#,
+        r#"{"type":"assistant","uuid":"a2","parentUuid":"a1","message":{"role":"assistant","content":[{"type":"text","text":"bye"}]}}"#,
+    ] {
+        tail.extend_from_slice(line.as_bytes());
+        tail.push(b'\n');
+    }
+    // Two transcripts alike but for their middles: thousands of messages mixed with bytes
+    // that are not JSON (nor UTF-8), or filler of the same length. Listing must not tell
+    // them apart: anything that read the middle would count those messages.
+    let mut garbage = Vec::new();
+    while garbage.len() < 2 * 1024 * 1024 {
+        garbage.extend_from_slice(
+            br#"{"type":"user","message":{"role":"user","content":"from the middle"}}"#,
+        );
+        garbage.extend_from_slice(b"\n\xff\xfe\x00 not json {\"type\":\"assistant\"\n");
+    }
+    let mut filler = Vec::new();
+    fill(&mut filler, garbage.len() - 200);
+    // A blank line evens the length out.
+    filler.resize(garbage.len() - 1, b' ');
+    filler.push(b'\n');
+    let write = |id: &str, middle: &[u8]| {
+        let path = proj.join(format!("{id}.jsonl"));
+        std::fs::write(&path, [head.as_slice(), middle, tail.as_slice()].concat()).unwrap();
+        path
+    };
+    let noisy = write("11111111-1111-4111-8111-111111111111", &garbage);
+    let quiet = write("22222222-2222-4222-8222-222222222222", &filler);
+    // The garbage is real: reading the whole file notices it.
+    assert!(read_file(&noisy).unwrap().skipped > 1000);
+    assert_eq!(read_file(&quiet).unwrap().skipped, 0);
+
+    let listed = list_sessions(dir.path(), None).unwrap();
+    assert_eq!(listed.len(), 2);
+    let by_id = |id: &str| {
+        listed
+            .iter()
+            .find(|s| s.session_id.starts_with(id))
+            .unwrap()
+    };
+    let (a, b) = (by_id("1111"), by_id("2222"));
+    assert_eq!(a.summary, "The user's title");
+    assert_eq!(a.first_prompt.as_deref(), Some("the first prompt"));
+    assert_eq!(a.cwd.as_deref(), Some("/p"));
+    assert_eq!(a.git_branch.as_deref(), Some("feature"));
+    assert_eq!(a.size, std::fs::metadata(&noisy).unwrap().len());
+    assert_eq!(b.size, a.size);
+    assert_eq!(
+        (&b.summary, &b.first_prompt, &b.cwd, &b.git_branch),
+        (&a.summary, &a.first_prompt, &a.cwd, &a.git_branch)
+    );
+    assert_eq!(a.message_count, b.message_count);
 }

@@ -53,6 +53,7 @@ impl Task {
         let mut end: Option<ResultFrame> = None;
         let mut out = Vec::new();
         let mut consumed = Vec::new();
+        let mut idle_adopted = false;
         match typed {
             Typed::CommandLifecycle(c) => {
                 if !turn.command.is_empty() && c.command_uuid == turn.command {
@@ -65,6 +66,11 @@ impl Task {
             Typed::SessionState(s) if s.run_state() == RunState::Idle => {
                 // The queue drained: a result held back for steering ends the turn.
                 end = turn.held.take();
+                if end.is_none() && turn.command.is_empty() && turn.phase == Phase::Sent {
+                    // A turn Claude Code started on its own that went idle without a
+                    // `result`: nothing runs any more, so it is over.
+                    idle_adopted = true;
+                }
             }
             Typed::Result(r) => {
                 if turn.phase == Phase::Waiting || turn.ours == Some(CommandState::Queued) {
@@ -92,6 +98,10 @@ impl Task {
         }
         if let Some(r) = end {
             self.end_turn_with(&r);
+        } else if idle_adopted && let Some(turn) = self.turn.as_mut() {
+            tracing::debug!(session = %self.id, turn = %turn.id, "a turn of the CLI's own ended idle");
+            let end = turn.mapper.complete();
+            self.finish_turn(end, Ok(()));
         }
     }
 

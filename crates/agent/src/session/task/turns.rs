@@ -147,11 +147,14 @@ impl Task {
                     Ok(Err(e)) => {
                         tracing::warn!(session = %self.id, error = %e, "cannot send the prompt to the CLI");
                         cli.kill();
+                        // Its end is ours to report now; queued turns start a new CLI.
+                        self.cli = Cli::None;
                         self.fail_turn("cli_exited", &e.to_string(), ChatSessionError::Session(e));
                     }
                     Err(_) => {
                         tracing::warn!(session = %self.id, "the CLI did not take the prompt in time; killing it");
                         cli.kill();
+                        self.cli = Cli::None;
                         let msg = "the Claude Code CLI stopped reading its input";
                         self.fail_turn("cli_stuck", msg, ChatSessionError::Start(msg.into()));
                     }
