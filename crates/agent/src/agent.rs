@@ -23,10 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-/// The URI scheme of session channels this host names itself.
-pub const SESSION_PREFIX: &str = "ahp-session:/";
-/// The URI scheme of chat channels this host names itself.
-pub const CHAT_PREFIX: &str = "ahp-chat:/";
+pub use claude_host_protocol::uri::{AHP_SESSION_PREFIX, CLAUDE_SESSION_PREFIX};
 
 /// Why an agent operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -124,28 +121,31 @@ pub struct NewSession {
     pub warm: bool,
 }
 
-/// This host's URIs for a session id.
+/// This host's URIs for a session id: `claude:/<id>` and its default chat.
 pub fn default_uris(id: &str) -> SessionUris {
+    uris_for(&format!("{CLAUDE_SESSION_PREFIX}{id}"))
+}
+
+/// A session URI (verbatim, as its client chose it) and its default chat URI.
+pub fn uris_for(session_uri: &str) -> SessionUris {
     SessionUris {
-        session: format!("{SESSION_PREFIX}{id}"),
-        chat: format!("{CHAT_PREFIX}{id}"),
+        session: session_uri.to_owned(),
+        chat: claude_host_protocol::uri::default_chat_uri(session_uri),
     }
 }
 
-/// The session id inside one of this host's session or chat URIs (or a bare id).
-pub fn session_id_of(uri: &str) -> Option<(&str, ChannelKind)> {
-    if let Some(rest) = uri.strip_prefix(SESSION_PREFIX) {
-        return Some((rest.trim_start_matches('/'), ChannelKind::Session));
+/// The session id and channel a session or default-chat URI names (or a bare id).
+pub fn session_id_of(uri: &str) -> Option<(String, ChannelKind)> {
+    use claude_host_protocol::uri::{session_of_default_chat, session_uri_id};
+    if let Some(session) = session_of_default_chat(uri) {
+        return session_uri_id(&session).map(|id| (id.to_owned(), ChannelKind::Chat));
     }
-    if let Some(rest) = uri.strip_prefix(CHAT_PREFIX) {
-        return Some((rest.trim_start_matches('/'), ChannelKind::Chat));
-    }
-    if let Some(rest) = uri.strip_prefix("claude:") {
-        return Some((rest.trim_start_matches('/'), ChannelKind::Session));
+    if let Some(id) = session_uri_id(uri) {
+        return Some((id.to_owned(), ChannelKind::Session));
     }
     uuid::Uuid::parse_str(uri)
         .is_ok()
-        .then_some((uri, ChannelKind::Session))
+        .then(|| (uri.to_owned(), ChannelKind::Session))
 }
 
 #[derive(Default)]
@@ -516,7 +516,7 @@ impl Agent {
         if let Some(found) = lock(&self.registry).by_uri.get(uri) {
             return Some(found.clone());
         }
-        session_id_of(uri).map(|(id, kind)| (id.to_owned(), kind))
+        session_id_of(uri)
     }
 
     fn config_dir(&self) -> Option<PathBuf> {
@@ -585,7 +585,12 @@ impl Agent {
             .filter(|m| m != "bypassPermissions" || self.config.allow_bypass_permissions);
         let spec = self.spec(
             id.to_owned(),
-            default_uris(id),
+            // The name its client chose, kept in the overlay; else the host's own.
+            record
+                .as_ref()
+                .and_then(|r| r.resource.as_deref())
+                .filter(|u| claude_host_protocol::uri::session_uri_id(u) == Some(id))
+                .map_or_else(|| default_uris(id), uris_for),
             opts,
             vec![cwd],
             models,

@@ -18,8 +18,8 @@ pub mod restore;
 mod session;
 
 pub use agent::{
-    Agent, AgentConfig, AgentError, CHAT_PREFIX, NewSession, SESSION_PREFIX, default_uris,
-    session_id_of,
+    AHP_SESSION_PREFIX, Agent, AgentConfig, AgentError, CLAUDE_SESSION_PREFIX, NewSession,
+    default_uris, session_id_of, uris_for,
 };
 pub use listing::SessionListing;
 pub use models::{GITHUB_RESOURCE, ModelAccess, ProxyEndpoint, ProxyModels, UpstreamFactory};

@@ -87,6 +87,9 @@ pub fn merge(
     }
     for r in records {
         let e = by_id.entry(r.id.clone()).or_insert_with(|| entry(&r.id));
+        if let Some(resource) = r.resource {
+            e.resource = resource;
+        }
         if let Some(t) = r.title.filter(|t| !t.is_empty()) {
             e.title = t;
         }
@@ -143,6 +146,7 @@ mod tests {
         };
         let r = SessionRecord {
             id: "a".into(),
+            resource: Some("ahp-session:/a".into()),
             title: Some("host title".into()),
             model: Some("claude-x".into()),
             effort: None,
@@ -164,6 +168,10 @@ mod tests {
         assert_eq!(list[0].title, "host title", "newest first");
         assert!(list[0].archived && list[0].from_host && !list[0].live);
         assert_eq!(list[0].modified_at, 20_000);
+        assert_eq!(
+            list[0].resource, "ahp-session:/a",
+            "the name its client chose"
+        );
         assert_eq!(list[1].resource, "claude:/b");
         assert!(list[1].live);
     }

@@ -18,8 +18,8 @@ use ahp_types::notifications::{
 use ahp_types::state::{RootState, SessionSummary, Snapshot, SnapshotState};
 use claude_host_agent::outbox::Replay;
 use claude_host_agent::{
-    Agent, AgentError, ChannelKind, NewSession, Published, SESSION_PREFIX, SessionHandle,
-    SessionNotice, SessionSnapshot, SessionSubscription, SessionUris,
+    AHP_SESSION_PREFIX, Agent, AgentError, CLAUDE_SESSION_PREFIX, ChannelKind, NewSession,
+    Published, SessionHandle, SessionNotice, SessionSnapshot, SessionSubscription,
 };
 use claude_host_protocol::time::{now_rfc3339, rfc3339_from_millis};
 use claude_host_protocol::uri::{file_path, file_uri};
@@ -115,6 +115,10 @@ pub struct Host {
     /// Root notifications (`root/sessionAdded`, …), already serialized.
     notifications: broadcast::Sender<Arc<str>>,
     notice_pump: tokio::task::JoinHandle<()>,
+    // Client ids seen by `initialize` since this host started; `reconnect` from any other
+    // (after a restart) gets -32008 so the client initializes again. One insert or lookup
+    // per handshake, never held across an await.
+    clients: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Host {
@@ -145,12 +149,32 @@ impl Host {
             root,
             notifications,
             notice_pump,
+            clients: std::sync::Mutex::default(),
         })
     }
 
     /// The agent.
     pub fn agent(&self) -> &Arc<Agent> {
         &self.agent
+    }
+
+    /// Remembers a client that initialized, for its later `reconnect`s.
+    pub(crate) fn remember_client(&self, client_id: &str) {
+        self.clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(client_id.to_owned());
+    }
+
+    /// Whether a client can resume with `reconnect`: it initialized with this host (not one
+    /// before a restart) and has not seen numbers this host has not handed out.
+    pub(crate) fn can_resume(&self, client_id: &str, last_seen: u64) -> bool {
+        last_seen <= self.server_seq()
+            && self
+                .clients
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(client_id)
     }
 
     /// The current `serverSeq`.
@@ -315,14 +339,14 @@ impl Host {
                 format!("unknown provider {provider:?}; this host runs `claude`"),
             ));
         }
-        let id = p
-            .channel
-            .strip_prefix(SESSION_PREFIX)
-            .map(|s| s.trim_start_matches('/').to_owned())
+        // Either form VS Code chooses; the URI is kept verbatim for every later frame.
+        let id = claude_host_protocol::uri::session_uri_id(&p.channel)
             .filter(|s| uuid::Uuid::parse_str(s).is_ok())
+            .map(str::to_owned)
             .ok_or_else(|| {
                 RpcError::invalid_params(format!(
-                    "the session URI must be {SESSION_PREFIX}<uuid>, got {}",
+                    "the session URI must be {CLAUDE_SESSION_PREFIX}<uuid> or \
+                     {AHP_SESSION_PREFIX}<uuid>, got {}",
                     p.channel
                 ))
             })?;
@@ -343,10 +367,7 @@ impl Host {
         let get = |k: &str| config.get(k).and_then(Value::as_str).map(str::to_owned);
         self.agent
             .create_session(NewSession {
-                uris: Some(SessionUris {
-                    session: p.channel.clone(),
-                    chat: claude_host_agent::default_uris(&id).chat,
-                }),
+                uris: Some(claude_host_agent::uris_for(&p.channel)),
                 id: Some(id),
                 working_directories: dirs,
                 model: get("model"),

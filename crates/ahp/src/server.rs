@@ -567,10 +567,14 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
             return;
         }
     };
-    *lock(&conn.client_id) = params
+    let client_id = params
         .get("clientId")
         .and_then(Value::as_str)
         .map(str::to_owned);
+    if let Some(c) = &client_id {
+        host.remember_client(c);
+    }
+    *lock(&conn.client_id) = client_id;
     let mut live = Vec::new();
     let mut snapshots = Vec::new();
     for uri in subs {
@@ -618,12 +622,30 @@ async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
 }
 
 async fn reconnect(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Value) {
-    let p: ahp_types::commands::ReconnectParams = match crate::rpc::from_params(params.clone()) {
+    // Older VS Code builds send `reconnect` without `channel`; it can only mean the root.
+    let mut params = params.clone();
+    if let Some(o) = params.as_object_mut() {
+        o.entry("channel").or_insert_with(|| json!(ROOT));
+    }
+    let p: ahp_types::commands::ReconnectParams = match crate::rpc::from_params(params) {
         Ok(p) => p,
         Err(e) => return conn.respond(id, Err(e)),
     };
-    *lock(&conn.client_id) = Some(p.client_id.clone());
     let last_seen = u64::try_from(p.last_seen_server_seq).unwrap_or(0);
+    if !host.can_resume(&p.client_id, last_seen) {
+        tracing::info!(client = %p.client_id, last_seen, "a reconnect this host cannot resume; the client must initialize");
+        return conn.respond(
+            id,
+            Err(RpcError::new(
+                code::NOT_FOUND,
+                format!(
+                    "client {} is unknown to this host (it restarted?); send `initialize` again",
+                    p.client_id
+                ),
+            )),
+        );
+    }
+    *lock(&conn.client_id) = Some(p.client_id.clone());
     let mut targets = Vec::new();
     let mut missing = Vec::new();
     for uri in &p.subscriptions {

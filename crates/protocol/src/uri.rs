@@ -100,8 +100,71 @@ pub fn file_path(uri: &str) -> Result<PathBuf, FileUriError> {
     Ok(path)
 }
 
+/// The scheme of session URIs this host names itself (VS Code's `<provider>:/<id>` form).
+pub const CLAUDE_SESSION_PREFIX: &str = "claude:/";
+/// The scheme of session URIs newer VS Code builds choose.
+pub const AHP_SESSION_PREFIX: &str = "ahp-session:/";
+/// The prefix of default chat URIs: `ahp-chat://default/<base64url(session URI)>`.
+pub const DEFAULT_CHAT_PREFIX: &str = "ahp-chat://default/";
+
+/// A session's default chat URI in the form VS Code computes and subscribes to.
+pub fn default_chat_uri(session_uri: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "{DEFAULT_CHAT_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(session_uri)
+    )
+}
+
+/// The session URI inside a default chat URI.
+pub fn session_of_default_chat(chat_uri: &str) -> Option<String> {
+    use base64::Engine as _;
+    let encoded = chat_uri.strip_prefix(DEFAULT_CHAT_PREFIX)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The session id in a session URI of either form clients choose (`claude:/<id>`,
+/// `ahp-session:/<id>`).
+pub fn session_uri_id(session_uri: &str) -> Option<&str> {
+    [CLAUDE_SESSION_PREFIX, AHP_SESSION_PREFIX]
+        .iter()
+        .find_map(|p| session_uri.strip_prefix(p))
+        .map(|rest| rest.trim_start_matches('/'))
+        .filter(|id| !id.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn default_chat_uris_are_vs_codes_computed_form_and_decode_back() {
+        // The example of VS Code's reference: a `claude:/` session and its default chat.
+        let session = "claude:/0b9e5c1e-3d0b-4a77-a0a5-0c8e2d8f1a22";
+        let chat = default_chat_uri(session);
+        assert_eq!(
+            chat,
+            "ahp-chat://default/Y2xhdWRlOi8wYjllNWMxZS0zZDBiLTRhNzctYTBhNS0wYzhlMmQ4ZjFhMjI"
+        );
+        assert_eq!(session_of_default_chat(&chat).as_deref(), Some(session));
+        assert_eq!(
+            default_chat_uri("ahp-session:/0b9e5c1e-3d0b-4a77-a0a5-0c8e2d8f1a22"),
+            "ahp-chat://default/YWhwLXNlc3Npb246LzBiOWU1YzFlLTNkMGItNGE3Ny1hMGE1LTBjOGUyZDhmMWEyMg"
+        );
+        assert_eq!(session_of_default_chat("ahp-chat://default/%%%"), None);
+        assert_eq!(session_of_default_chat("ahp-chat:/x"), None);
+    }
+
+    #[test]
+    fn session_ids_come_from_either_client_form() {
+        assert_eq!(session_uri_id("claude:/abc"), Some("abc"));
+        assert_eq!(session_uri_id("ahp-session:/abc"), Some("abc"));
+        assert_eq!(session_uri_id("ahp-session:///abc"), Some("abc"));
+        assert_eq!(session_uri_id("ahp-session:/"), None);
+        assert_eq!(session_uri_id("copilot:/abc"), None);
+    }
+
     use super::*;
 
     #[test]

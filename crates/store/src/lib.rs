@@ -13,6 +13,8 @@ use async_trait::async_trait;
 pub struct SessionRecord {
     /// The Claude session id.
     pub id: String,
+    /// The session URI a client chose, verbatim (`None`: the host's own name for it).
+    pub resource: Option<String>,
     /// A title set by the user or the host.
     pub title: Option<String>,
     /// The chosen model.
@@ -79,4 +81,7 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Schema migrations, applied in order; the index + 1 is the schema version.
-pub(crate) const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_sessions.sql")];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_sessions.sql"),
+    include_str!("../migrations/0002_resource.sql"),
+];

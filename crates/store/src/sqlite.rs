@@ -86,6 +86,7 @@ impl SqliteStore {
 fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
     Ok(SessionRecord {
         id: row.try_get("id").map_err(q)?,
+        resource: row.try_get("resource").map_err(q)?,
         title: row.try_get("title").map_err(q)?,
         model: row.try_get("model").map_err(q)?,
         effort: row.try_get("effort").map_err(q)?,
@@ -101,9 +102,9 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
 impl Store for SqliteStore {
     async fn put(&self, r: &SessionRecord) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (id) DO UPDATE SET title = excluded.title, model = excluded.model,
+            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET resource = excluded.resource, title = excluded.title, model = excluded.model,
                effort = excluded.effort, permission_mode = excluded.permission_mode, cwd = excluded.cwd,
                updated_at = excluded.updated_at, archived = excluded.archived",
         )
@@ -116,6 +117,7 @@ impl Store for SqliteStore {
         .bind(r.created_at)
         .bind(r.updated_at)
         .bind(i64::from(r.archived))
+        .bind(&r.resource)
         .execute(&self.pool)
         .await
         .map_err(q)?;

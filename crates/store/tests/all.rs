@@ -8,6 +8,7 @@ use claude_host_store::{SessionRecord, SqliteStore, Store, StoreError};
 fn rec(id: &str, updated: i64) -> SessionRecord {
     SessionRecord {
         id: id.into(),
+        resource: Some(format!("ahp-session:/{id}")),
         title: Some(format!("title {id}")),
         model: Some("claude-opus-5-5".into()),
         effort: None,
@@ -24,7 +25,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/host.sqlite");
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 1);
+    assert_eq!(store.schema_version().await.unwrap(), 2);
     store.put(&rec("a", 10)).await.unwrap();
     store.put(&rec("b", 20)).await.unwrap();
     let mut c = rec("c", 30);
@@ -52,7 +53,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     // Reopening keeps the data and does not re-run migrations.
     let store = SqliteStore::open(&path).await.unwrap();
     assert!(store.get("c").await.unwrap().unwrap().archived);
-    assert_eq!(store.schema_version().await.unwrap(), 1);
+    assert_eq!(store.schema_version().await.unwrap(), 2);
 }
 
 #[tokio::test]
@@ -69,7 +70,7 @@ async fn a_newer_schema_is_refused_and_garbage_is_a_clear_error() {
             err,
             StoreError::TooNew {
                 found: 99,
-                known: 1
+                known: 2
             }
         ),
         "{err}"
@@ -90,4 +91,40 @@ async fn bump_schema_version(path: &std::path::Path) -> bool {
         .execute(&mut c)
         .await
         .is_ok()
+}
+
+#[tokio::test]
+async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite");
+    {
+        let mut c =
+            sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+                .await
+                .unwrap();
+        sqlx::raw_sql(include_str!("../migrations/0001_sessions.sql"))
+            .execute(&mut c)
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "PRAGMA user_version = 1;
+             INSERT INTO sessions (id, title, cwd, created_at, updated_at) VALUES ('old', 'Old one', '/w', 1, 2);",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 2);
+    let old = store.get("old").await.unwrap().unwrap();
+    assert_eq!(old.title.as_deref(), Some("Old one"));
+    assert_eq!(old.resource, None, "named by the host");
+    let mut named = rec("new", 3);
+    named.resource = Some("claude:/new".into());
+    store.put(&named).await.unwrap();
+    assert_eq!(
+        store.get("new").await.unwrap().unwrap().resource.as_deref(),
+        Some("claude:/new")
+    );
 }

@@ -511,6 +511,7 @@ async fn an_unreadable_store_record_is_never_overwritten() {
     });
     let kept = SessionRecord {
         id: id.clone(),
+        resource: None,
         title: Some("Archived long ago".into()),
         model: None,
         effort: None,

@@ -138,7 +138,8 @@ impl Env {
             )
             .await
             .unwrap();
-        (session, format!("ahp-chat:/{id}"))
+        let chat = claude_host_protocol::uri::default_chat_uri(&session);
+        (session, chat)
     }
 
     /// The server's own reduced state of a chat.

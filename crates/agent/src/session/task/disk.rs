@@ -143,6 +143,7 @@ impl Task {
         }
         let record = SessionRecord {
             id: self.id.clone(),
+            resource: Some(self.uris.session.clone()),
             title: Some(self.session.title.clone()).filter(|t| !t.is_empty()),
             model: self.settings.model.clone(),
             effort: self.settings.effort.clone(),

@@ -1,0 +1,3 @@
+-- The session URI a client chose (`ahp-session:/<id>`, `claude:/<id>`, …), kept verbatim so
+-- the session keeps its name across restarts; NULL for sessions named by the host.
+ALTER TABLE sessions ADD COLUMN resource TEXT;
