@@ -575,7 +575,13 @@ impl Agent {
             _ => crate::restore::cwd(&transcript)
                 .ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?,
         };
-        let models = self.models().await?;
+        // Its history needs no sign-in: a client that reconnects after a restart subscribes
+        // before it authenticates. Signed out, the session offers no models to pick.
+        let models = match self.models().await {
+            Ok(m) => m,
+            Err(AgentError::AuthRequired { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
         let mut opts = self.options(id, cwd.clone(), &[])?;
         opts.model = record.as_ref().and_then(|r| r.model.clone());
         opts.effort = record.as_ref().and_then(|r| r.effort.clone());

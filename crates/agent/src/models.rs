@@ -34,7 +34,7 @@ impl std::fmt::Debug for ProxyEndpoint {
 /// The model edge of the agent.
 #[async_trait]
 pub trait ModelAccess: Send + Sync + 'static {
-    /// The endpoint for a CLI of session `session_id`; `AuthRequired` before a sign-in.
+    /// The endpoint for a CLI of session `session_id`.
     fn endpoint(&self, session_id: &str) -> Result<ProxyEndpoint, AgentError>;
     /// Whether an upstream is in place.
     fn is_authenticated(&self) -> bool;
@@ -144,9 +144,8 @@ pub fn auth_required() -> AgentError {
 #[async_trait]
 impl ModelAccess for ProxyModels {
     fn endpoint(&self, session_id: &str) -> Result<ProxyEndpoint, AgentError> {
-        if !self.is_authenticated() {
-            return Err(auth_required());
-        }
+        // Given out signed in or not: a restored session shows its history before a client
+        // signs in, and its CLI gets 401s from the proxy until one does.
         Ok(ProxyEndpoint {
             base_url: self.proxy.base_url(),
             token: self.proxy.auth_token(session_id),

@@ -19,7 +19,7 @@ use ahp_types::state::{RootState, SessionSummary, Snapshot, SnapshotState};
 use claude_host_agent::outbox::Replay;
 use claude_host_agent::{
     AHP_SESSION_PREFIX, Agent, AgentError, CLAUDE_SESSION_PREFIX, ChannelKind, NewSession,
-    Published, SessionHandle, SessionNotice, SessionSnapshot, SessionSubscription,
+    Published, SessionHandle, SessionNotice, SessionSnapshot,
 };
 use claude_host_protocol::time::{now_rfc3339, rfc3339_from_millis};
 use claude_host_protocol::uri::{file_path, file_uri};
@@ -97,14 +97,6 @@ pub(crate) enum Target {
     Root,
     /// A session's session or chat channel.
     Session(SessionHandle, ChannelKind),
-}
-
-/// A live stream of one channel.
-pub(crate) enum Live {
-    /// The root's.
-    Root(broadcast::Receiver<Arc<Published>>),
-    /// A session channel's or chat's (the session's stream, filtered to the channel).
-    Session(SessionSubscription),
 }
 
 /// The protocol host.
@@ -218,7 +210,8 @@ impl Host {
         Ok(Target::Session(handle, kind))
     }
 
-    fn snapshot_of(uri: &str, kind: ChannelKind, s: SessionSnapshot) -> Snapshot {
+    /// A session channel's snapshot out of the session's.
+    pub(crate) fn snapshot_of(uri: &str, kind: ChannelKind, s: SessionSnapshot) -> Snapshot {
         Snapshot {
             resource: uri.to_owned(),
             state: match kind {
@@ -229,21 +222,15 @@ impl Host {
         }
     }
 
-    /// A channel's snapshot and its live stream right after it.
-    pub(crate) async fn subscribe(&self, uri: &str) -> Result<(Snapshot, Live), RpcError> {
-        match self.target(uri).await? {
-            Target::Root => {
-                let (snapshot, rx) = self.root.subscribe();
-                Ok((snapshot, Live::Root(rx)))
-            }
-            Target::Session(handle, kind) => {
-                let (s, sub) = handle
-                    .subscribe()
-                    .await
-                    .map_err(|e| RpcError::new(code::SESSION_NOT_FOUND, format!("{uri}: {e}")))?;
-                Ok((Self::snapshot_of(uri, kind, s), Live::Session(sub)))
-            }
-        }
+    /// The root channel's snapshot and its live stream right after it.
+    pub(crate) fn root_subscribe(&self) -> (Snapshot, broadcast::Receiver<Arc<Published>>) {
+        self.root.subscribe()
+    }
+
+    /// The root channel's actions after `last_seen` and its live stream after them; `None`
+    /// when some are no longer kept.
+    pub(crate) fn root_replay(&self, last_seen: u64) -> Option<Replay> {
+        self.root.replay_after(last_seen)
     }
 
     /// The state of a channel now (`None`: no such channel).
@@ -253,27 +240,6 @@ impl Host {
             Target::Session(handle, kind) => {
                 let s = handle.snapshot().await.ok()?;
                 Some(Self::snapshot_of(uri, kind, s).state)
-            }
-        }
-    }
-
-    /// A channel's actions after `last_seen` and its live stream after them; `None` when
-    /// some are no longer kept.
-    pub(crate) async fn replay(
-        &self,
-        target: &Target,
-        uri: &str,
-        last_seen: u64,
-    ) -> Option<(Vec<Arc<Published>>, Live)> {
-        match target {
-            Target::Root => self
-                .root
-                .replay_after(last_seen)
-                .map(|Replay { actions, live }| (actions, Live::Root(live))),
-            Target::Session(handle, _) => {
-                let (actions, sub) = handle.replay_after(last_seen).await.ok()??;
-                let actions = actions.into_iter().filter(|p| p.channel() == uri).collect();
-                Some((actions, Live::Session(sub)))
             }
         }
     }

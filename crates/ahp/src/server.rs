@@ -2,11 +2,14 @@
 //! the upgrade request, bounded frames, bounded pending requests, and a bounded outbound
 //! queue per connection so a slow reader never stalls anyone else.
 
-use crate::host::{Host, Live};
+mod feed;
+
+use crate::host::{Host, Target};
 use crate::resources;
 use crate::root::ROOT;
 use crate::rpc::{RpcError, code};
-use claude_host_agent::{Published, SessionEvent};
+use ahp_types::state::Snapshot;
+use claude_host_agent::{Published, SessionHandle, SessionSnapshot, SessionSubscription};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -172,6 +175,9 @@ struct Conn {
     // Subscribe/unsubscribe handlers swap entries and the connection's end drains it; each
     // holds it for one map operation, never across an await.
     forwarders: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    // Each session's feed on this connection (`feed`), by the same key as its forwarder;
+    // looked up or swapped for one operation, never held across an await.
+    feeds: Mutex<HashMap<String, mpsc::UnboundedSender<feed::FeedCmd>>>,
     pending: Arc<Semaphore>,
     max_pending: usize,
 }
@@ -206,33 +212,11 @@ impl Conn {
         lock(&self.client_id).clone().unwrap_or_default()
     }
 
-    /// Forwards a channel's live actions to this connection.
-    fn forward(self: &Arc<Self>, uri: &str, live: Live) {
+    /// Forwards the root channel's live actions to this connection.
+    fn forward_root(self: &Arc<Self>, rx: broadcast::Receiver<Arc<Published>>) {
         let conn = self.clone();
-        let channel = uri.to_owned();
-        let task = tokio::spawn(async move {
-            match live {
-                Live::Root(rx) => forward_root(&conn, rx).await,
-                Live::Session(mut sub) => loop {
-                    match sub.recv().await {
-                        Some(SessionEvent::Action(p)) => {
-                            if p.channel() == channel && !conn.send(p.notification()) {
-                                break;
-                            }
-                        }
-                        Some(SessionEvent::Resync(_)) => {
-                            // The protocol has no way to push a snapshot: the client
-                            // reconnects and gets one.
-                            tracing::warn!(%channel, "a client fell too far behind a channel; closing its connection so it resynchronises");
-                            let _ = conn.closing.send(true);
-                            break;
-                        }
-                        None => break,
-                    }
-                },
-            }
-        });
-        if let Some(old) = lock(&self.forwarders).insert(uri.to_owned(), task.abort_handle()) {
+        let task = tokio::spawn(async move { forward_root(&conn, rx).await });
+        if let Some(old) = lock(&self.forwarders).insert(ROOT.to_owned(), task.abort_handle()) {
             old.abort();
         }
     }
@@ -248,6 +232,7 @@ impl Conn {
     }
 
     fn unsubscribe(&self, uri: &str) {
+        self.unsubscribe_from_feeds(uri);
         if let Some(t) = lock(&self.forwarders).remove(uri) {
             t.abort();
         }
@@ -347,6 +332,7 @@ async fn connection(
         initialized: AtomicBool::new(false),
         closing,
         forwarders: Mutex::new(HashMap::new()),
+        feeds: Mutex::new(HashMap::new()),
         pending: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
         max_pending: config.max_pending_requests.max(1),
     });
@@ -575,16 +561,9 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
         host.remember_client(c);
     }
     *lock(&conn.client_id) = client_id;
-    let mut live = Vec::new();
-    let mut snapshots = Vec::new();
-    for uri in subs {
-        match host.subscribe(&uri).await {
-            Ok((snapshot, l)) => {
-                snapshots.push(snapshot);
-                live.push((uri, l));
-            }
-            Err(e) => tracing::info!(%uri, error = %e, "initial subscription skipped"),
-        }
+    let (snapshots, missing, opening) = open_channels(host, &subs).await;
+    for uri in missing {
+        tracing::info!(%uri, "initial subscription skipped: no such channel");
     }
     result.snapshots = snapshots;
     conn.initialized.store(true, Ordering::SeqCst);
@@ -597,25 +576,21 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
             conn.send(frame.to_string().into());
         }
     }
-    for (uri, rx) in live {
-        if uri == ROOT {
-            conn.forward_root_notifications(host.notifications());
-        }
-        conn.forward(&uri, rx);
-    }
+    opening.start(host, conn);
 }
 
 async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Value) {
     let Some(uri) = params.get("channel").and_then(Value::as_str) else {
         return conn.respond(id, Err(RpcError::invalid_params("missing `channel`")));
     };
-    match host.subscribe(uri).await {
-        Ok((snapshot, live)) => {
+    match host.target(uri).await {
+        // The session's feed answers, in order with the actions it forwards.
+        Ok(Target::Session(handle, kind)) => conn.subscribe_in_feed(handle, uri, kind, id),
+        Ok(Target::Root) => {
+            let (snapshot, rx) = host.root_subscribe();
             conn.respond(id, Ok(json!({ "snapshot": snapshot })));
-            if uri == ROOT {
-                conn.forward_root_notifications(host.notifications());
-            }
-            conn.forward(uri, live);
+            conn.forward_root_notifications(host.notifications());
+            conn.forward_root(rx);
         }
         Err(e) => conn.respond(id, Err(e)),
     }
@@ -646,62 +621,134 @@ async fn reconnect(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
         );
     }
     *lock(&conn.client_id) = Some(p.client_id.clone());
-    let mut targets = Vec::new();
-    let mut missing = Vec::new();
-    for uri in &p.subscriptions {
-        match host.target(uri).await {
-            Ok(t) => targets.push((uri.clone(), t)),
-            Err(_) => missing.push(uri.clone()),
-        }
-    }
-    let mut replays = Vec::new();
-    let mut complete = true;
-    for (uri, t) in &targets {
-        match host.replay(t, uri, last_seen).await {
-            Some(r) => replays.push((uri.clone(), r)),
-            None => {
-                complete = false;
-                break;
-            }
-        }
-    }
     conn.initialized.store(true, Ordering::SeqCst);
-    if complete {
-        let mut actions: Vec<Arc<Published>> = replays
-            .iter()
-            .flat_map(|(_, (a, _))| a.iter().cloned())
-            .collect();
-        actions.sort_by_key(|p| p.seq());
+    if let Some((actions, missing, opening)) =
+        replay_channels(host, &p.subscriptions, last_seen).await
+    {
         let envelopes: Vec<&ahp_types::actions::ActionEnvelope> =
             actions.iter().map(|p| &p.envelope).collect();
         conn.respond(
             id,
             Ok(json!({"type": "replay", "actions": envelopes, "missing": missing})),
         );
-        for (uri, (_, live)) in replays {
-            if uri == ROOT {
-                conn.forward_root_notifications(host.notifications());
-            }
-            conn.forward(&uri, live);
-        }
+        opening.start(host, conn);
         return;
     }
-    drop(replays);
-    let mut snapshots = Vec::new();
-    let mut lives = Vec::new();
-    for (uri, _) in &targets {
-        if let Ok((snapshot, live)) = host.subscribe(uri).await {
-            snapshots.push(json!(snapshot));
-            lives.push((uri.clone(), live));
-        }
-    }
+    let (snapshots, _, opening) = open_channels(host, &p.subscriptions).await;
     conn.respond(id, Ok(json!({"type": "snapshot", "snapshots": snapshots})));
-    for (uri, live) in lives {
-        if uri == ROOT {
+    opening.start(host, conn);
+}
+
+/// Streams opened by a handshake (`initialize`, `reconnect`), started once its answer is out:
+/// the root's, and one per session for all of that session's channels (see `feed`).
+#[derive(Default)]
+struct Opening {
+    root: Option<broadcast::Receiver<Arc<Published>>>,
+    sessions: Vec<(SessionHandle, SessionSubscription, HashMap<String, u64>)>,
+}
+
+impl Opening {
+    fn start(self, host: &Host, conn: &Arc<Conn>) {
+        if let Some(rx) = self.root {
             conn.forward_root_notifications(host.notifications());
+            conn.forward_root(rx);
         }
-        conn.forward(&uri, live);
+        for (handle, sub, from) in self.sessions {
+            conn.start_feed(handle, Some(sub), from);
+        }
     }
+
+    /// The index of `handle`'s session, if it is open already.
+    fn session(&self, handle: &SessionHandle) -> Option<usize> {
+        self.sessions
+            .iter()
+            .position(|(h, ..)| h.id() == handle.id())
+    }
+}
+
+/// Snapshots of `uris` in order, the ones that name nothing, and their streams: the channels
+/// of one session share one subscription, so their snapshots are of one moment.
+async fn open_channels(host: &Host, uris: &[String]) -> (Vec<Snapshot>, Vec<String>, Opening) {
+    let mut opening = Opening::default();
+    let mut states: Vec<SessionSnapshot> = Vec::new();
+    let mut snapshots = Vec::new();
+    let mut missing = Vec::new();
+    for uri in uris {
+        match host.target(uri).await {
+            Ok(Target::Root) => {
+                let (snapshot, rx) = host.root_subscribe();
+                snapshots.push(snapshot);
+                opening.root = Some(rx);
+            }
+            Ok(Target::Session(handle, kind)) => {
+                let at = match opening.session(&handle) {
+                    Some(at) => at,
+                    None => match handle.subscribe().await {
+                        Ok((state, sub)) => {
+                            opening.sessions.push((handle, sub, HashMap::new()));
+                            states.push(state);
+                            states.len() - 1
+                        }
+                        Err(_) => {
+                            missing.push(uri.clone());
+                            continue;
+                        }
+                    },
+                };
+                let state = states[at].clone();
+                opening.sessions[at].2.insert(uri.clone(), state.seq);
+                snapshots.push(Host::snapshot_of(uri, kind, state));
+            }
+            Err(_) => missing.push(uri.clone()),
+        }
+    }
+    (snapshots, missing, opening)
+}
+
+/// The actions of `uris` after `last_seen` in `serverSeq` order, the URIs that name nothing,
+/// and the streams right after them; `None` when some of the actions are no longer kept.
+async fn replay_channels(
+    host: &Host,
+    uris: &[String],
+    last_seen: u64,
+) -> Option<(Vec<Arc<Published>>, Vec<String>, Opening)> {
+    let mut opening = Opening::default();
+    let mut replayed: Vec<Vec<Arc<Published>>> = Vec::new();
+    let mut actions = Vec::new();
+    let mut missing = Vec::new();
+    for uri in uris {
+        match host.target(uri).await {
+            Ok(Target::Root) => {
+                let root = host.root_replay(last_seen)?;
+                actions.extend(root.actions);
+                opening.root = Some(root.live);
+            }
+            Ok(Target::Session(handle, _)) => {
+                let at = match opening.session(&handle) {
+                    Some(at) => at,
+                    None => {
+                        let (session, sub) = handle.replay_after(last_seen).await.ok()??;
+                        opening.sessions.push((handle, sub, HashMap::new()));
+                        replayed.push(session);
+                        replayed.len() - 1
+                    }
+                };
+                // The stream starts right after the replay: everything in it is new.
+                opening.sessions[at].2.insert(uri.clone(), last_seen);
+            }
+            Err(_) => missing.push(uri.clone()),
+        }
+    }
+    for (at, session) in replayed.into_iter().enumerate() {
+        let from = &opening.sessions[at].2;
+        actions.extend(
+            session
+                .into_iter()
+                .filter(|p| from.contains_key(p.channel())),
+        );
+    }
+    actions.sort_by_key(|p| p.seq());
+    Some((actions, missing, opening))
 }
 
 #[cfg(test)]
@@ -741,6 +788,7 @@ mod tests {
                 initialized: AtomicBool::new(true),
                 closing,
                 forwarders: Mutex::new(HashMap::new()),
+                feeds: Mutex::new(HashMap::new()),
                 pending: Arc::new(Semaphore::new(1)),
                 max_pending: 1,
             },

@@ -3,7 +3,7 @@
 use crate::{MIGRATIONS, SessionRecord, Store, StoreError};
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Row, SqlitePool as Pool};
+use sqlx::{Connection, Row, SqliteConnection, SqlitePool as Pool};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -32,14 +32,19 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(std::time::Duration::from_secs(5));
+        // Migrated on one connection before the pool opens: a pooled connection that loaded
+        // the schema before a migration would prepare `SELECT *` against the old columns.
+        let mut conn = SqliteConnection::connect_with(&opts)
+            .await
+            .map_err(|e| open_err(e.to_string()))?;
+        migrate(&mut conn).await?;
+        conn.close().await.map_err(|e| open_err(e.to_string()))?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(opts)
             .await
             .map_err(|e| open_err(e.to_string()))?;
-        let store = SqliteStore { pool };
-        store.migrate().await?;
-        Ok(store)
+        Ok(SqliteStore { pool })
     }
 
     /// The schema version in the file.
@@ -50,37 +55,41 @@ impl SqliteStore {
             .map_err(q)?;
         row.try_get::<i64, _>(0).map_err(q)
     }
+}
 
-    async fn migrate(&self) -> Result<(), StoreError> {
-        let current = self.schema_version().await?;
-        let known = MIGRATIONS.len() as i64;
-        if current > known {
-            return Err(StoreError::TooNew {
-                found: current,
-                known,
-            });
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-            let version = i as i64 + 1;
-            let fail = |e: sqlx::Error| StoreError::Migration {
-                version,
-                message: e.to_string(),
-            };
-            // One transaction per migration: a failed one leaves the previous schema intact.
-            let mut tx = self.pool.begin().await.map_err(fail)?;
-            sqlx::raw_sql(*sql).execute(&mut *tx).await.map_err(fail)?;
-            // The version is an integer this code computed, not input.
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "PRAGMA user_version = {version}"
-            )))
-            .execute(&mut *tx)
-            .await
-            .map_err(fail)?;
-            tx.commit().await.map_err(fail)?;
-            tracing::info!(version, "session store migrated");
-        }
-        Ok(())
+async fn migrate(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    let row = sqlx::query("PRAGMA user_version")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(q)?;
+    let current = row.try_get::<i64, _>(0).map_err(q)?;
+    let known = MIGRATIONS.len() as i64;
+    if current > known {
+        return Err(StoreError::TooNew {
+            found: current,
+            known,
+        });
     }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let version = i as i64 + 1;
+        let fail = |e: sqlx::Error| StoreError::Migration {
+            version,
+            message: e.to_string(),
+        };
+        // One transaction per migration: a failed one leaves the previous schema intact.
+        let mut tx = conn.begin().await.map_err(fail)?;
+        sqlx::raw_sql(*sql).execute(&mut *tx).await.map_err(fail)?;
+        // The version is an integer this code computed, not input.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "PRAGMA user_version = {version}"
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+        tx.commit().await.map_err(fail)?;
+        tracing::info!(version, "session store migrated");
+    }
+    Ok(())
 }
 
 fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {

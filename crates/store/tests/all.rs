@@ -117,6 +117,16 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
     }
     let store = SqliteStore::open(&path).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), 2);
+    // Every pooled connection sees the new columns (none loaded the old schema).
+    let lists = tokio::join!(
+        store.list(true),
+        store.list(true),
+        store.list(true),
+        store.list(true)
+    );
+    for l in [lists.0, lists.1, lists.2, lists.3] {
+        assert_eq!(l.unwrap()[0].resource, None);
+    }
     let old = store.get("old").await.unwrap().unwrap();
     assert_eq!(old.title.as_deref(), Some("Old one"));
     assert_eq!(old.resource, None, "named by the host");

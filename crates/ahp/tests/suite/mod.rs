@@ -1,5 +1,6 @@
 mod core;
 mod protocol;
+mod vscode;
 mod wire;
 
 use ahp::{Client, ClientConfig, SubscriptionEvent};
@@ -46,7 +47,38 @@ pub(crate) async fn env_full(
     tweak: impl FnOnce(&mut ServeConfig),
 ) -> Env {
     let fake = FakeUpstream::start().await.unwrap();
-    let fake_url = fake.url();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    let (host, server) = serve(
+        dir.path(),
+        &fake.url(),
+        None,
+        host_config,
+        tweak_agent,
+        tweak,
+    )
+    .await;
+    let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
+    Env {
+        fake,
+        host,
+        server: Some(server),
+        dir,
+        url,
+    }
+}
+
+/// A host and its server over `dir` (its `work` folder, its `.claude` config, and with
+/// `store`, the session store), models from the fake at `fake_url`.
+async fn serve(
+    dir: &std::path::Path,
+    fake_url: &str,
+    store: Option<Arc<dyn claude_host_store::Store>>,
+    host_config: HostConfig,
+    tweak_agent: impl FnOnce(&mut AgentConfig),
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> (Arc<Host>, ServerHandle) {
+    let fake_url = fake_url.to_owned();
     let factory = move |token: &str| -> Arc<dyn Upstream> {
         Arc::new(CopilotUpstream::new(
             http_client().unwrap(),
@@ -56,8 +88,6 @@ pub(crate) async fn env_full(
             CopilotOptions::default(),
         ))
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("work")).unwrap();
     let proxy = claude_host_proxy::start(
         Default::default(),
         Arc::new(claude_host_upstream::signed_out::SignedOut),
@@ -66,17 +96,17 @@ pub(crate) async fn env_full(
     .unwrap();
     let mut config = AgentConfig::new(
         claude_host_testkit::cli::pinned_cli().unwrap(),
-        dir.path().join("work"),
+        dir.join("work"),
     );
-    config.config_dir = Some(dir.path().join(".claude"));
+    config.config_dir = Some(dir.join(".claude"));
     config
         .extra_env
-        .push(("HOME".into(), dir.path().display().to_string()));
+        .push(("HOME".into(), dir.display().to_string()));
     tweak_agent(&mut config);
     let agent = Arc::new(Agent::new(
         config,
         Arc::new(ProxyModels::signed_out(proxy, Arc::new(factory))),
-        None,
+        store,
     ));
     let host = Host::new(agent, host_config).await;
     let mut serve = ServeConfig {
@@ -86,6 +116,24 @@ pub(crate) async fn env_full(
     };
     tweak(&mut serve);
     let server = claude_host_ahp::start(serve, host.clone()).await.unwrap();
+    (host, server)
+}
+
+/// A host with a session store, which [`Env::restart`] can stop and start again over the
+/// same files on the same port.
+pub(crate) async fn env_with_store() -> Env {
+    let fake = FakeUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    let (host, server) = serve(
+        dir.path(),
+        &fake.url(),
+        Some(store_in(dir.path()).await),
+        HostConfig::default(),
+        |_| {},
+        |_| {},
+    )
+    .await;
     let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
     Env {
         fake,
@@ -94,6 +142,14 @@ pub(crate) async fn env_full(
         dir,
         url,
     }
+}
+
+async fn store_in(dir: &std::path::Path) -> Arc<dyn claude_host_store::Store> {
+    Arc::new(
+        claude_host_store::SqliteStore::open(&dir.join("sessions.sqlite"))
+            .await
+            .unwrap(),
+    )
 }
 
 pub(crate) async fn env() -> Env {
@@ -120,6 +176,26 @@ impl Env {
             .await
             .unwrap();
         c
+    }
+
+    /// Stops the host (its sessions and CLIs) and its server, then starts a new one over the
+    /// same files and port, as a host restart does.
+    pub async fn restart(&mut self) {
+        let server = self.server.take().unwrap();
+        let addr = server.addr();
+        server.shutdown().await;
+        self.host.shutdown().await;
+        let (host, server) = serve(
+            self.dir.path(),
+            &self.fake.url(),
+            Some(store_in(self.dir.path()).await),
+            HostConfig::default(),
+            |_| {},
+            |s| s.listen = addr,
+        )
+        .await;
+        self.host = host;
+        self.server = Some(server);
     }
 
     pub fn work(&self) -> std::path::PathBuf {

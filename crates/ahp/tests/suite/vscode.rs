@@ -1,0 +1,513 @@
+//! VS Code's own dialect, frame by frame as `vscode-client.md` gives it (the workbench's
+//! protocol client, not the `ahp` crate): its session URIs, the computed default chat URI,
+//! `request_<uuid>` turn ids, the root config burst, reconnects with and without `channel`,
+//! and re-initializing after a host restart.
+
+use super::*;
+use claude_host_testkit::fake::{Match, Reply, Rule};
+use futures_util::{SinkExt, StreamExt};
+use pretty_assertions::assert_eq;
+use tokio_tungstenite::tungstenite::Message;
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The protocol versions VS Code offers (its registry minus `0.8.0`).
+const VS_CODE_VERSIONS: [&str; 5] = ["0.9.0", "0.7.0", "0.6.0", "0.5.2", "0.5.1"];
+
+/// One VS Code window's protocol client.
+struct VsCode {
+    ws: Ws,
+    client_id: String,
+    next_id: i64,
+    client_seq: i64,
+    last_seen: u64,
+    /// Every `action` envelope received on this client, in order of arrival.
+    actions: Vec<Value>,
+    /// Every other notification received.
+    notes: Vec<Value>,
+}
+
+impl VsCode {
+    async fn connect(url: &str, client_id: &str) -> VsCode {
+        VsCode {
+            ws: tokio_tungstenite::connect_async(url).await.unwrap().0,
+            client_id: client_id.to_owned(),
+            next_id: 0,
+            client_seq: 0,
+            last_seen: 0,
+            actions: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, frame: Value) {
+        self.ws
+            .send(Message::Text(frame.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    /// The next frame; actions and notifications are recorded on the way.
+    async fn read(&mut self) -> Value {
+        loop {
+            let msg = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("a frame in time")
+                .expect("the connection is open")
+                .unwrap();
+            let Message::Text(t) = msg else { continue };
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            match v["method"].as_str() {
+                Some("action") => {
+                    let seq = v["params"]["serverSeq"].as_u64().unwrap();
+                    assert!(seq > self.last_seen, "serverSeq goes forward: {v}");
+                    self.last_seen = seq;
+                    self.actions.push(v["params"].clone());
+                }
+                Some(_) => self.notes.push(v.clone()),
+                None => {}
+            }
+            return v;
+        }
+    }
+
+    /// Sends a request (numeric ids, increasing, as VS Code does) and returns its response.
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let v = self.read().await;
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                return v;
+            }
+        }
+    }
+
+    async fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.request(method, params).await;
+        assert!(r.get("error").is_none(), "{method}: {r}");
+        r["result"].clone()
+    }
+
+    /// VS Code's `initialize`, field for field.
+    async fn initialize(&mut self, subscriptions: &[&str]) -> Value {
+        let params = json!({
+            "channel": "ahp-root://",
+            "protocolVersions": VS_CODE_VERSIONS,
+            "clientId": self.client_id,
+            "clientInfo": {"name": "vscode-agents-window", "title": "VS Code Agents Window"},
+            "initialSubscriptions": subscriptions,
+            "_meta": {"vscode.telemetryLevel": "all",
+                      "vscode.clientConnectionKind": "direct_websocket",
+                      "vscode.ahpSessionUris": true}});
+        self.ok("initialize", params).await
+    }
+
+    /// What follows every `initialize` and reconnect: root config patches, all with
+    /// `clientSeq: 0`, and VS Code's own notifications.
+    async fn config_burst(&mut self) {
+        for config in [
+            json!({"telemetryLevel": "all"}),
+            json!({"workspaceTrust": {"enabled": true, "trustedUris": ["file:///home/me/proj"]}}),
+            json!({"terminalAutoApproveEnabled": false}),
+            json!({"preferLongContextEnabled": true}),
+        ] {
+            self.send(
+                json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {
+                "channel": "ahp-root://", "clientSeq": 0,
+                "action": {"type": "root/configChanged", "config": config}}}),
+            )
+            .await;
+        }
+        self.send(
+            json!({"jsonrpc": "2.0", "method": "setClientManagedSettingsPermissions",
+            "params": {"permissions": {}}}),
+        )
+        .await;
+    }
+
+    async fn authenticate(&mut self) {
+        let r = self
+            .ok(
+                "authenticate",
+                json!({"channel": "ahp-root://", "resource": "https://api.github.com",
+                    "scopes": ["read:user", "user:email"], "token": GITHUB_TOKEN,
+                    "expiresIn": 28800}),
+            )
+            .await;
+        assert_eq!(r, json!({}));
+    }
+
+    /// A `dispatchAction` notification with the next `clientSeq`; returns that number.
+    async fn dispatch(&mut self, channel: &str, action: Value) -> i64 {
+        self.client_seq += 1;
+        let seq = self.client_seq;
+        self.send(json!({"jsonrpc": "2.0", "method": "dispatchAction",
+            "params": {"channel": channel, "clientSeq": seq, "action": action}}))
+            .await;
+        seq
+    }
+
+    /// The first action envelope received (now or later) that matches.
+    async fn action(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            if let Some(a) = self.actions.iter().find(|a| pred(a)) {
+                return a.clone();
+            }
+            tokio::time::timeout(WAIT, self.read())
+                .await
+                .unwrap_or_else(|_| panic!("no {what}; got {:#?}", self.actions));
+        }
+    }
+
+    /// The first notification received (now or later) that matches.
+    async fn note(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            if let Some(n) = self.notes.iter().find(|n| pred(n)) {
+                return n.clone();
+            }
+            self.read().await;
+        }
+    }
+
+    /// The echo of this client's own action `client_seq`.
+    async fn echo(&mut self, client_seq: i64) -> Value {
+        let me = self.client_id.clone();
+        self.action("an echo", |a| {
+            a["origin"]["clientId"] == me.as_str() && a["origin"]["clientSeq"] == client_seq
+        })
+        .await
+    }
+}
+
+/// A VS Code chat request id.
+fn request_id() -> String {
+    format!("request_{}", uuid::Uuid::new_v4())
+}
+
+fn user_message(text: &str, model: &str) -> Value {
+    json!({"text": text, "origin": {"kind": "user"}, "model": {"id": model}})
+}
+
+fn turn_ended(turn: &str) -> impl Fn(&Value) -> bool + '_ {
+    move |a| {
+        a["action"]["turnId"] == turn
+            && matches!(
+                a["action"]["type"].as_str(),
+                Some("chat/turnComplete" | "chat/turnCancelled" | "chat/error")
+            )
+    }
+}
+
+/// Connects and goes through VS Code's start: initialize, config burst, sign-in.
+async fn vs_code(e: &Env, client_id: &str) -> (VsCode, Value) {
+    let mut c = VsCode::connect(&e.url, client_id).await;
+    // VS Code pings after 5 s of silence, before or after `initialize`.
+    assert_eq!(
+        c.ok("ping", json!({"channel": "ahp-root://"})).await,
+        Value::Null
+    );
+    let init = c.initialize(&["ahp-root://"]).await;
+    c.config_burst().await;
+    c.authenticate().await;
+    (c, init)
+}
+
+/// A model id as VS Code's picker has it (from `agents[].models`).
+async fn a_model(c: &mut VsCode) -> String {
+    let root = c.ok("subscribe", json!({"channel": "ahp-root://"})).await;
+    root["snapshot"]["state"]["agents"][0]["models"][0]["id"]
+        .as_str()
+        .expect("models after sign-in")
+        .to_owned()
+}
+
+/// `createSession` as the chat-session handler sends it, then its two subscriptions.
+async fn create(c: &mut VsCode, e: &Env, session: &str) -> Value {
+    let work = claude_host_protocol::uri::file_uri(&e.work());
+    let r = c
+        .ok(
+            "createSession",
+            json!({"channel": session, "provider": "claude", "workingDirectories": [work],
+                "config": {"isolation": "folder", "autoApprove": "default"},
+                "activeClient": {"clientId": c.client_id, "tools": [], "customizations": []},
+                "progressToken": uuid::Uuid::new_v4().to_string()}),
+        )
+        .await;
+    assert_eq!(r, Value::Null);
+    let s = c.ok("subscribe", json!({"channel": session})).await;
+    let state = &s["snapshot"]["state"];
+    assert_eq!(s["snapshot"]["resource"], session);
+    let chat = claude_host_protocol::uri::default_chat_uri(session);
+    assert_eq!(
+        state["defaultChat"],
+        chat.as_str(),
+        "the computed form: {state}"
+    );
+    assert_eq!(state["lifecycle"], "ready");
+    let chat_snapshot = c.ok("subscribe", json!({"channel": chat})).await;
+    assert_eq!(chat_snapshot["snapshot"]["resource"], chat.as_str());
+    assert_eq!(chat_snapshot["snapshot"]["state"]["turns"], json!([]));
+    state.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vs_code_window_runs_turns_in_sessions_named_either_way() {
+    let e = env().await;
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("Hello from Claude."),
+        times: None,
+    });
+    let (mut c, init) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    assert_eq!(init["protocolVersion"], "0.9.0", "{init}");
+    assert_eq!(init["snapshots"][0]["resource"], "ahp-root://");
+    let agent = &init["snapshots"][0]["state"]["agents"][0];
+    assert_eq!(agent["provider"], "claude");
+    assert!(agent["protectedResources"][0]["authorization_servers"].is_array());
+    assert!(
+        init.get("_meta")
+            .is_none_or(|m| m.get("vscode.agentHost").is_none()),
+        "not VS Code's own host"
+    );
+    // The config burst is taken without closing anything.
+    assert_eq!(
+        c.ok("ping", json!({"channel": "ahp-root://"})).await,
+        Value::Null
+    );
+    let listed = c
+        .ok("listSessions", json!({"channel": "ahp-root://"}))
+        .await;
+    assert!(listed["items"].is_array());
+    let model = a_model(&mut c).await;
+
+    for session in [
+        format!("claude:/{}", uuid::Uuid::new_v4()),
+        format!("ahp-session:/{}", uuid::Uuid::new_v4()),
+    ] {
+        create(&mut c, &e, &session).await;
+        let chat = claude_host_protocol::uri::default_chat_uri(&session);
+        let turn = request_id();
+        let seq = c
+            .dispatch(
+                &chat,
+                json!({"type": "chat/turnStarted", "turnId": turn,
+                    "startedAt": "2026-05-01T10:01:00.000Z",
+                    "message": user_message("Say hello", &model)}),
+            )
+            .await;
+        let echo = c.echo(seq).await;
+        assert_eq!(echo["channel"], chat.as_str());
+        assert!(echo.get("rejectionReason").is_none(), "{echo}");
+        let end = c.action("the turn's end", turn_ended(&turn)).await;
+        assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+        assert_eq!(end["channel"], chat.as_str());
+        let at = |c: &VsCode, kind: &str| {
+            c.actions
+                .iter()
+                .position(|a| a["action"]["type"] == kind && a["action"]["turnId"] == turn)
+        };
+        assert!(
+            at(&c, "chat/usage").unwrap() < at(&c, "chat/turnComplete").unwrap(),
+            "usage comes before the turn ends"
+        );
+        // Every frame about the session names it exactly as VS Code did.
+        let added = c
+            .note(|n| {
+                n["method"] == "root/sessionAdded" && n["params"]["summary"]["resource"] == session
+            })
+            .await;
+        assert_eq!(added["params"]["summary"]["provider"], "claude");
+        let listed = c
+            .ok("listSessions", json!({"channel": "ahp-root://"}))
+            .await;
+        assert!(
+            listed["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["resource"] == session.as_str()),
+            "{listed}"
+        );
+        let snap = c.ok("subscribe", json!({"channel": chat})).await;
+        let turns = snap["snapshot"]["state"]["turns"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(turns.len(), 1);
+        assert_eq!(turns[0]["id"], turn.as_str());
+        assert_eq!(turns[0]["state"], "complete");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_socket_resumes_with_reconnect_in_both_forms_without_gap_or_duplicate() {
+    let e = env().await;
+    let (reply, gate) = Reply::gated("Part one. Part two.", 2);
+    e.fake.push(Rule {
+        when: Match::LastUserContains("slowly".into()),
+        reply,
+        times: Some(1),
+    });
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("Again."),
+        times: None,
+    });
+    let client_id = uuid::Uuid::new_v4().to_string();
+    let (mut c, _) = vs_code(&e, &client_id).await;
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let turn = request_id();
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/turnStarted", "turnId": turn,
+                "startedAt": "2026-05-01T10:01:00.000Z",
+                "message": user_message("Answer slowly", &model)}),
+        )
+        .await;
+    c.echo(seq).await;
+    // The reply is under way (held by the upstream) when the socket drops.
+    e.fake.wait_message_requests(1, WAIT).await.unwrap();
+    let seen_before = c.last_seen;
+    drop(c);
+    gate.open();
+
+    // An older build: no `channel` on `reconnect`.
+    let mut c = VsCode::connect(&e.url, &client_id).await;
+    let r = c
+        .ok(
+            "reconnect",
+            json!({"clientId": client_id, "lastSeenServerSeq": seen_before,
+                "subscriptions": ["ahp-root://", session, chat]}),
+        )
+        .await;
+    assert_eq!(r["type"], "replay", "{r}");
+    assert_eq!(r["missing"], json!([]));
+    c.actions.clone_from(r["actions"].as_array().unwrap());
+    c.last_seen = c
+        .actions
+        .last()
+        .map_or(seen_before, |a| a["serverSeq"].as_u64().unwrap());
+    c.config_burst().await;
+    // Live actions after the replay must each be newer than the last (`read` checks).
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete");
+    let after: Vec<u64> = c
+        .actions
+        .iter()
+        .map(|a| a["serverSeq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        after[0],
+        seen_before + 1,
+        "replay starts right after: {after:?}"
+    );
+    assert!(
+        after.windows(2).all(|w| w[1] == w[0] + 1),
+        "replay then live: no gap, no duplicate: {after:?}"
+    );
+    let last_seen = c.last_seen;
+    drop(c);
+
+    // The newest build: `reconnect` with `channel`.
+    let mut c = VsCode::connect(&e.url, &client_id).await;
+    let r = c
+        .ok(
+            "reconnect",
+            json!({"channel": "ahp-root://", "clientId": client_id,
+                "lastSeenServerSeq": last_seen, "subscriptions": ["ahp-root://", session, chat]}),
+        )
+        .await;
+    assert_eq!(r["type"], "replay", "{r}");
+    let replayed: Vec<u64> = r["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["serverSeq"].as_u64().unwrap())
+        .collect();
+    assert!(
+        replayed.iter().all(|s| *s > last_seen),
+        "nothing it already had: {replayed:?}"
+    );
+    // The chat it rebuilt from what it saw equals the server's.
+    let snap = c.ok("subscribe", json!({"channel": chat})).await;
+    let turns = &snap["snapshot"]["state"]["turns"];
+    assert_eq!(turns[0]["id"], turn.as_str());
+    assert_eq!(turns[0]["state"], "complete");
+    let text = turns[0]["responseParts"].to_string();
+    assert!(text.contains("Part one. Part two."), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by_its_uri() {
+    let mut e = env_with_store().await;
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("Remembered."),
+        times: None,
+    });
+    let client_id = uuid::Uuid::new_v4().to_string();
+    let (mut c, _) = vs_code(&e, &client_id).await;
+    let model = a_model(&mut c).await;
+    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let turn = request_id();
+    c.dispatch(
+        &chat,
+        json!({"type": "chat/turnStarted", "turnId": turn,
+            "startedAt": "2026-05-01T10:01:00.000Z",
+            "message": user_message("Remember this", &model)}),
+    )
+    .await;
+    c.action("the turn's end", turn_ended(&turn)).await;
+    let last_seen = c.last_seen;
+    drop(c);
+
+    e.restart().await;
+
+    let mut c = VsCode::connect(&e.url, &client_id).await;
+    let r = c
+        .request(
+            "reconnect",
+            json!({"channel": "ahp-root://", "clientId": client_id,
+                "lastSeenServerSeq": last_seen, "subscriptions": ["ahp-root://", session, chat]}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32008, "{r}");
+    // VS Code answers -32008 with a fresh `initialize` carrying every subscription.
+    let init = c
+        .initialize(&["ahp-root://", session.as_str(), chat.as_str()])
+        .await;
+    let snapshots = init["snapshots"].as_array().unwrap();
+    let resources: Vec<&str> = snapshots
+        .iter()
+        .map(|s| s["resource"].as_str().unwrap())
+        .collect();
+    assert_eq!(resources, ["ahp-root://", session.as_str(), chat.as_str()]);
+    assert_eq!(snapshots[1]["state"]["defaultChat"], chat.as_str());
+    let turns = snapshots[2]["state"]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(turns[0]["state"], "complete");
+    assert!(turns[0].to_string().contains("Remember this"));
+    c.config_burst().await;
+    c.authenticate().await;
+    let listed = c
+        .ok("listSessions", json!({"channel": "ahp-root://"}))
+        .await;
+    assert!(
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["resource"] == session.as_str()),
+        "listed under the URI VS Code chose: {listed}"
+    );
+}
