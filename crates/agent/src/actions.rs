@@ -21,6 +21,7 @@ use ahp_types::state::{
     UsageInfo,
 };
 use claude_host_protocol::time::now_rfc3339;
+use serde_json::Value;
 use std::collections::HashMap;
 
 /// A message with no attachments, model or agent.
@@ -90,12 +91,26 @@ pub fn reasoning(turn_id: &str, part_id: String, content: String) -> StateAction
     })
 }
 
+/// How VS Code should render a tool's card (`_meta.toolKind`): shell tools as terminals
+/// (their `toolInput` carries `command`), file searches as searches.
+pub fn tool_kind(tool: &str) -> Option<&'static str> {
+    match tool {
+        "Bash" => Some("terminal"),
+        "Grep" | "Glob" => Some("search"),
+        _ => None,
+    }
+}
+
 /// `chat/toolCallStart`.
 pub fn tool_call_start(turn_id: &str, tool_call_id: &str, tool: &str) -> StateAction {
     StateAction::ChatToolCallStart(ChatToolCallStartAction {
         turn_id: turn_id.to_owned(),
         tool_call_id: tool_call_id.to_owned(),
-        meta: None,
+        meta: tool_kind(tool).map(|kind| {
+            let mut meta = JsonObject::new();
+            meta.insert("toolKind".into(), Value::String(kind.into()));
+            meta
+        }),
         tool_name: tool.to_owned(),
         display_name: display_name(tool),
         intention: None,

@@ -2,6 +2,7 @@
 //! and permission mode, with the schema clients render as pickers and that changes are
 //! checked against.
 
+use crate::models::THINKING_LEVEL;
 use ahp_types::common::JsonObject;
 use ahp_types::state::{
     SessionConfigPropertySchema, SessionConfigSchema, SessionConfigState, SessionModelInfo,
@@ -49,12 +50,12 @@ fn property(
     }
 }
 
-/// The effort levels a model offers (from its `configSchema`).
+/// The effort levels a model offers (its `configSchema`'s `thinkingLevel`).
 pub fn effort_levels(model: &SessionModelInfo) -> Vec<Value> {
     model
         .config_schema
         .as_ref()
-        .and_then(|s| s.properties.get(EFFORT))
+        .and_then(|s| s.properties.get(THINKING_LEVEL))
         .and_then(|p| p.r#enum.clone())
         .unwrap_or_default()
 }
@@ -78,7 +79,7 @@ pub fn schema(models: &[SessionModelInfo], allow_bypass: bool) -> SessionConfigS
             effort.default = first
                 .config_schema
                 .as_ref()
-                .and_then(|s| s.properties.get(EFFORT))
+                .and_then(|s| s.properties.get(THINKING_LEVEL))
                 .and_then(|p| p.default.clone())
                 .or(effort.default);
             properties.insert(EFFORT.to_owned(), effort);
@@ -158,7 +159,7 @@ mod tests {
 
     fn model(id: &str) -> SessionModelInfo {
         serde_json::from_value(json!({"id": id, "provider": "claude", "name": id,
-            "configSchema": {"type": "object", "properties": {"effort": {"type": "string",
+            "configSchema": {"type": "object", "properties": {"thinkingLevel": {"type": "string",
             "title": "Thinking effort", "enum": ["low", "medium"], "default": "medium"}}}}))
         .unwrap()
     }

@@ -3,12 +3,15 @@
 //! [`ModelAccess`]; whoever runs the host starts the proxy and hands it over.
 
 use crate::AgentError;
-use ahp_types::state::{ProtectedResourceMetadata, SessionModelInfo};
+use ahp_types::common::JsonObject;
+use ahp_types::state::{
+    ConfigPropertySchema, ConfigSchema, ProtectedResourceMetadata, SessionModelInfo,
+};
 use async_trait::async_trait;
 use claude_host_proxy::ProxyHandle;
 use claude_host_upstream::signed_out::SignedOut;
 use claude_host_upstream::{CatalogModel, Upstream};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
 /// The protected resource the agent needs a token for: a GitHub account with Copilot.
@@ -201,44 +204,64 @@ impl ModelAccess for ProxyModels {
     }
 }
 
-/// A catalog model as an AHP model, with its effort levels as a config property.
+/// The per-model option VS Code renders as its effort chip (`thinkingLevel`).
+pub const THINKING_LEVEL: &str = "thinkingLevel";
+
+/// A catalog model as an AHP model: the limits and vision flag VS Code's picker reads, and
+/// its effort levels as the `thinkingLevel` option.
 pub fn model_info(m: &CatalogModel) -> SessionModelInfo {
-    let mut info = json!({
-        "id": m.upstream_id, "provider": "claude", "name": m.display_name,
-        "_meta": {"sdkId": m.sdk_id, "isDefault": m.is_default},
-    });
-    if let Some(t) = m.max_prompt_tokens {
-        info["maxPromptTokens"] = json!(t);
-        info["maxContextWindow"] = json!(t);
-    }
-    if let Some(t) = m.max_output_tokens {
-        info["maxOutputTokens"] = json!(t);
-    }
-    if !m.effort_levels.is_empty() {
+    let tokens = |t: Option<u64>| t.and_then(|t| i64::try_from(t).ok());
+    let config_schema = (!m.effort_levels.is_empty()).then(|| {
         let default = if m.effort_levels.iter().any(|l| l == "medium") {
             "medium".to_owned()
         } else {
             m.effort_levels[0].clone()
         };
-        info["configSchema"] = json!({"type": "object", "properties": {"effort": {
-            "type": "string", "title": "Thinking effort", "enum": m.effort_levels,
-            "default": default}}});
-    }
-    serde_json::from_value(info).unwrap_or_else(|e| {
-        tracing::error!(error = %e, model = %m.upstream_id, "cannot describe a model");
-        SessionModelInfo {
-            id: m.upstream_id.clone(),
-            provider: "claude".into(),
-            name: m.display_name.clone(),
-            max_context_window: None,
-            max_output_tokens: None,
-            max_prompt_tokens: None,
-            supports_vision: None,
-            policy_state: None,
-            config_schema: None,
-            meta: None,
+        let level = ConfigPropertySchema {
+            r#type: "string".into(),
+            title: "Thinking".into(),
+            description: None,
+            default: Some(Value::String(default)),
+            r#enum: Some(m.effort_levels.iter().cloned().map(Value::String).collect()),
+            enum_labels: Some(m.effort_levels.iter().map(|l| capitalized(l)).collect()),
+            enum_descriptions: None,
+            read_only: None,
+            items: None,
+            min_items: None,
+            max_items: None,
+            properties: None,
+            required: None,
+            additional_properties: None,
+        };
+        ConfigSchema {
+            r#type: "object".into(),
+            properties: [(THINKING_LEVEL.to_owned(), level)].into_iter().collect(),
+            required: None,
         }
-    })
+    });
+    let mut meta = JsonObject::new();
+    meta.insert("sdkId".into(), Value::String(m.sdk_id.clone()));
+    meta.insert("isDefault".into(), Value::Bool(m.is_default));
+    meta.insert("group".into(), Value::String("Anthropic".into()));
+    SessionModelInfo {
+        id: m.upstream_id.clone(),
+        provider: "claude".into(),
+        name: m.display_name.clone(),
+        max_context_window: tokens(m.max_context_window.or(m.max_prompt_tokens)),
+        max_output_tokens: tokens(m.max_output_tokens),
+        max_prompt_tokens: tokens(m.max_prompt_tokens),
+        supports_vision: Some(m.supports_vision),
+        policy_state: None,
+        config_schema,
+        meta: Some(meta),
+    }
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 /// Whether `model` names a catalog model (Copilot or Claude Code form).

@@ -571,6 +571,11 @@ impl Host {
             Err(_) => StateAction::Unknown(raw),
         };
         match self.target(&channel).await {
+            // VS Code mirrors its settings here after every connect (all with clientSeq 0,
+            // unknown keys included): taken and echoed; nothing of the host depends on them.
+            Ok(Target::Root) if matches!(action, StateAction::RootConfigChanged(_)) => {
+                self.root.publish(action, Some(origin), None);
+            }
             Ok(Target::Root) => {
                 let reason = format!(
                     "{} cannot be dispatched on the root channel",

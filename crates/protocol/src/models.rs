@@ -63,6 +63,15 @@ impl CopilotModel {
             .unwrap_or_default()
     }
 
+    /// Whether `capabilities.supports.<key>` is `true`.
+    pub fn supports(&self, key: &str) -> bool {
+        self.capabilities
+            .get("supports")
+            .and_then(|s| s.get(key))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
     /// `capabilities.limits.<key>` as a number.
     pub fn limit(&self, key: &str) -> Option<u64> {
         self.capabilities

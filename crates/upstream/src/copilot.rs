@@ -466,6 +466,8 @@ impl Upstream for CopilotUpstream {
                 is_default: m.is_chat_default,
                 max_prompt_tokens: m.limit("max_prompt_tokens"),
                 max_output_tokens: m.limit("max_output_tokens"),
+                max_context_window: m.limit("max_context_window_tokens"),
+                supports_vision: m.supports("vision"),
                 upstream_id: m.id,
             })
             .collect();

@@ -52,6 +52,10 @@ pub struct CatalogModel {
     pub max_prompt_tokens: Option<u64>,
     /// Largest output, when known.
     pub max_output_tokens: Option<u64>,
+    /// The whole context window, when known.
+    pub max_context_window: Option<u64>,
+    /// Whether it takes images.
+    pub supports_vision: bool,
 }
 
 /// The models an upstream offers and how requested ids are matched to them.

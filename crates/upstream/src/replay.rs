@@ -184,6 +184,9 @@ impl Upstream for ReplayUpstream {
                     is_default: i == 0,
                     max_prompt_tokens: None,
                     max_output_tokens: None,
+                    max_context_window: None,
+                    // Every Claude model reads images.
+                    supports_vision: true,
                 })
                 .collect(),
             strict: false,

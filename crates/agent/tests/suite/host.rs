@@ -120,10 +120,18 @@ async fn nothing_runs_before_authentication_and_a_bad_token_changes_nothing() {
         .map(|m| serde_json::to_value(m).unwrap())
         .find(|m| !m["configSchema"].is_null())
         .expect("a model with effort levels");
-    assert_eq!(
-        with_effort["configSchema"]["properties"]["effort"]["enum"],
-        json!(["low", "medium", "high"])
+    // VS Code's effort chip: the `thinkingLevel` option, with labels.
+    let level = &with_effort["configSchema"]["properties"]["thinkingLevel"];
+    assert_eq!(level["enum"], json!(["low", "medium", "high"]));
+    assert_eq!(level["enumLabels"], json!(["Low", "Medium", "High"]));
+    assert_eq!(level["default"], "medium");
+    // What the picker and the context gauge read.
+    assert!(
+        with_effort["maxPromptTokens"].as_i64().unwrap() > 0,
+        "{with_effort}"
     );
+    assert!(with_effort["maxOutputTokens"].as_i64().unwrap() > 0);
+    assert!(with_effort["supportsVision"].is_boolean());
     // A wrong token later leaves the working one in place.
     let mints = h.fake.mint_count();
     assert!(

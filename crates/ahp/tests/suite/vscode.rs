@@ -273,11 +273,26 @@ async fn a_vs_code_window_runs_turns_in_sessions_named_either_way() {
             .is_none_or(|m| m.get("vscode.agentHost").is_none()),
         "not VS Code's own host"
     );
-    // The config burst is taken without closing anything.
+    // The config burst is taken (echoed, not refused) without closing anything.
     assert_eq!(
         c.ok("ping", json!({"channel": "ahp-root://"})).await,
         Value::Null
     );
+    let burst = |c: &VsCode| -> Vec<Value> {
+        c.actions
+            .iter()
+            .filter(|a| {
+                a["action"]["type"] == "root/configChanged" && a["origin"]["clientSeq"] == 0
+            })
+            .cloned()
+            .collect()
+    };
+    while burst(&c).len() < 4 {
+        c.read().await;
+    }
+    for echo in burst(&c) {
+        assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    }
     let listed = c
         .ok("listSessions", json!({"channel": "ahp-root://"}))
         .await;
@@ -510,4 +525,187 @@ async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by
             .any(|i| i["resource"] == session.as_str()),
         "listed under the URI VS Code chose: {listed}"
     );
+}
+
+/// A turn as VS Code starts it, with the model's `thinkingLevel` picked; returns its id.
+async fn start_turn(c: &mut VsCode, chat: &str, text: &str, model: &str) -> String {
+    let turn = request_id();
+    let seq = c
+        .dispatch(
+            chat,
+            json!({"type": "chat/turnStarted", "turnId": turn,
+                "startedAt": "2026-05-01T10:01:00.000Z",
+                "message": {"text": text, "origin": {"kind": "user"},
+                    "model": {"id": model, "config": {"thinkingLevel": "high"}}}}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    turn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them() {
+    let e = env().await;
+    let rule = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(rule(
+        Match::LastUserContains("run the tests".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "touch ran.txt && echo tests-passed", "description": "Run the tests"}),
+        ),
+    ));
+    e.fake
+        .push(rule(Match::HasToolResult, Reply::text("The tests passed.")));
+    let (held_steer, steer_gate) = Reply::gated("Working on it, slowly.", 2);
+    e.fake.push(rule(
+        Match::LastUserContains("long task".into()),
+        held_steer,
+    ));
+    let (held_queue, queue_gate) = Reply::gated("First things first.", 2);
+    e.fake.push(rule(
+        Match::LastUserContains("first job".into()),
+        held_queue,
+    ));
+    let (held_cancel, _cancel_gate) = Reply::gated("This never ends.", 2);
+    e.fake
+        .push(rule(Match::LastUserContains("endless".into()), held_cancel));
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("Done."),
+        times: None,
+    });
+    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+
+    // A Bash call: a terminal card with the command in `toolInput`, confirmed by the user.
+    let turn = start_turn(&mut c, &chat, "Please run the tests", &model).await;
+    let start = c
+        .action("the Bash call", |a| {
+            a["action"]["type"] == "chat/toolCallStart" && a["action"]["toolName"] == "Bash"
+        })
+        .await;
+    assert_eq!(start["action"]["_meta"]["toolKind"], "terminal", "{start}");
+    let call = start["action"]["toolCallId"].as_str().unwrap().to_owned();
+    let ready = c
+        .action("the card asking for confirmation", |a| {
+            a["action"]["type"] == "chat/toolCallReady"
+                && a["action"]["toolCallId"] == call
+                && a["action"]["confirmed"].is_null()
+        })
+        .await;
+    let input: Value =
+        serde_json::from_str(ready["action"]["toolInput"].as_str().unwrap()).unwrap();
+    assert_eq!(input["command"], "touch ran.txt && echo tests-passed");
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
+                "approved": true, "confirmed": "user-action", "selectedOptionId": "allow-once"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let end = c.action("the Bash turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let snap = c.ok("subscribe", json!({"channel": chat})).await;
+    let parts = snap["snapshot"]["state"]["turns"][0]["responseParts"].to_string();
+    assert!(
+        parts.contains("tests-passed"),
+        "the command's output: {parts}"
+    );
+    assert!(parts.contains(r#""toolKind":"terminal""#), "{parts}");
+    assert!(e.work().join("ran.txt").exists(), "it ran once approved");
+
+    // Steering with VS Code's request id while a turn runs.
+    let turn = start_turn(&mut c, &chat, "A long task", &model).await;
+    e.fake.wait_message_requests(3, WAIT).await.unwrap();
+    let steer = request_id();
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": steer,
+                "message": {"text": "also update the docs", "origin": {"kind": "user"}}}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    steer_gate.open();
+    let end = c.action("the steered turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete");
+    let removed = c
+        .action("the steering message handed over", |a| {
+            a["action"]["type"] == "chat/pendingMessageRemoved" && a["action"]["id"] == steer
+        })
+        .await;
+    assert_eq!(removed["action"]["kind"], "steering");
+    assert!(
+        e.fake
+            .message_requests()
+            .iter()
+            .any(|r| r.json().to_string().contains("also update the docs")),
+        "the steering reached the model"
+    );
+
+    // A message queued behind a running turn is promoted when it ends.
+    let before = e.fake.message_requests().len();
+    let turn = start_turn(&mut c, &chat, "The first job", &model).await;
+    e.fake
+        .wait_message_requests(before + 1, WAIT)
+        .await
+        .unwrap();
+    let queued = request_id();
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/pendingMessageSet", "kind": "queued", "id": queued,
+                "message": {"text": "then the second job", "origin": {"kind": "user"}}}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    queue_gate.open();
+    c.action("the first job's end", turn_ended(&turn)).await;
+    let promoted = c
+        .action("the queued message promoted", |a| {
+            a["action"]["type"] == "chat/turnStarted" && a["action"]["queuedMessageId"] == queued
+        })
+        .await;
+    let promoted_turn = promoted["action"]["turnId"].as_str().unwrap().to_owned();
+    let end = c
+        .action("the promoted turn's end", turn_ended(&promoted_turn))
+        .await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete");
+    let snap = c.ok("subscribe", json!({"channel": chat})).await;
+    assert!(
+        snap["snapshot"]["state"]["queuedMessages"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{snap}"
+    );
+
+    // Cancel while running; then the same cancel again once idle: acknowledged, harmless.
+    let before = e.fake.message_requests().len();
+    let turn = start_turn(&mut c, &chat, "An endless story", &model).await;
+    e.fake
+        .wait_message_requests(before + 1, WAIT)
+        .await
+        .unwrap();
+    let cancel = json!({"type": "chat/turnCancelled", "turnId": turn, "duration": 3150});
+    let seq = c.dispatch(&chat, cancel.clone()).await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let seq = c.dispatch(&chat, cancel).await;
+    let again = c.echo(seq).await;
+    assert!(again.get("rejectionReason").is_none(), "{again}");
+    let snap = c.ok("subscribe", json!({"channel": chat})).await;
+    let turns = snap["snapshot"]["state"]["turns"].as_array().unwrap();
+    let last = turns.last().unwrap();
+    assert_eq!(last["id"], turn.as_str());
+    assert_eq!(last["state"], "cancelled");
+    assert!(snap["snapshot"]["state"]["activeTurn"].is_null());
 }

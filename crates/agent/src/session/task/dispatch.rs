@@ -127,7 +127,12 @@ impl Task {
             if self.settings.model.as_deref() != Some(model.as_str()) {
                 values.insert(config::MODEL.into(), json!(model));
             }
-            if let Some(e) = m.config.as_ref().and_then(|c| c.get(config::EFFORT))
+            // VS Code sends the model's `thinkingLevel` option; other clients may say `effort`.
+            let effort = m.config.as_ref().and_then(|c| {
+                c.get(crate::models::THINKING_LEVEL)
+                    .or_else(|| c.get(config::EFFORT))
+            });
+            if let Some(e) = effort
                 && self.settings.effort.as_ref().map(|s| json!(s)).as_ref() != Some(e)
             {
                 values.insert(config::EFFORT.into(), e.clone());
@@ -284,15 +289,28 @@ impl Task {
         origin: &ActionOrigin,
     ) -> Result<(), String> {
         match &self.turn {
-            None => Err("no turn is running".into()),
-            Some(t) if t.id != a.turn_id => Err(format!(
-                "turn {} is not the running turn ({})",
-                a.turn_id, t.id
-            )),
-            Some(_) => {
+            Some(t) if t.id == a.turn_id => {
                 self.cancel_turn(
                     Some(origin.clone()),
                     Some(StateAction::ChatTurnCancelled(a)),
+                );
+                Ok(())
+            }
+            // A cancel that raced the turn's end, or of a message still queued: harmless,
+            // acknowledged (VS Code waits for the echo), and a queued message is dropped.
+            _ => {
+                let queued = self.queue.iter().any(|q| q.id == a.turn_id);
+                if queued {
+                    self.queue.retain(|q| q.id != a.turn_id);
+                    self.chat(actions::pending_removed(
+                        PendingMessageKind::Queued,
+                        &a.turn_id,
+                    ));
+                }
+                self.publish(
+                    ChannelKind::Chat,
+                    StateAction::ChatTurnCancelled(a),
+                    Some(origin.clone()),
                 );
                 Ok(())
             }
