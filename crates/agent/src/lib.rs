@@ -8,6 +8,7 @@
 
 pub mod actions;
 mod agent;
+pub mod attachments;
 pub mod config;
 pub mod listing;
 pub mod mapper;

@@ -9,13 +9,14 @@ use ahp_types::actions::{
     ActionOrigin, RootActiveSessionsChangedAction, RootAgentsChangedAction, StateAction,
 };
 use ahp_types::commands::{
-    Implementation, InitializeResult, ListSessionsResult, ResolveSessionConfigResult,
-    SessionConfigCompletionsResult, SessionConfigValueItem,
+    ContentEncoding, Implementation, InitializeResult, ListSessionsResult,
+    ResolveSessionConfigResult, ResourceReadResult, SessionConfigCompletionsResult,
+    SessionConfigValueItem,
 };
 use ahp_types::notifications::{
     SessionAddedParams, SessionRemovedParams, SessionSummaryChangedParams,
 };
-use ahp_types::state::{RootState, SessionSummary, Snapshot, SnapshotState};
+use ahp_types::state::{Message, RootState, SessionSummary, Snapshot, SnapshotState};
 use claude_host_agent::outbox::Replay;
 use claude_host_agent::{
     AHP_SESSION_PREFIX, Agent, AgentError, CLAUDE_SESSION_PREFIX, ChannelKind, NewSession,
@@ -24,6 +25,7 @@ use claude_host_agent::{
 use claude_host_protocol::time::{now_rfc3339, rfc3339_from_millis};
 use claude_host_protocol::uri::{file_path, file_uri};
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::broadcast;
@@ -553,6 +555,49 @@ impl Host {
         resources::handle(&roots, method, params.clone()).await
     }
 
+    /// A message's prompt with its attachments: files read from the session's folders
+    /// (the same confinement as the resource commands).
+    async fn prompt_content(&self, handle: &SessionHandle, message: &Message) -> Value {
+        use base64::Engine as _;
+        use claude_host_agent::attachments::{self, ReadFile};
+        let uris = attachments::files_to_read(message);
+        let mut files = HashMap::new();
+        if !uris.is_empty() {
+            let roots = Roots::new(&handle.status().working_directories);
+            for uri in uris {
+                let read = match &roots {
+                    Ok(roots) => resources::handle(
+                        roots,
+                        "resourceRead",
+                        json!({"channel": handle.resource(), "uri": uri}),
+                    )
+                    .await
+                    .map_err(|e| e.message)
+                    .and_then(|r| {
+                        let r: ResourceReadResult =
+                            serde_json::from_value(r).map_err(|e| e.to_string())?;
+                        let bytes = match r.encoding {
+                            ContentEncoding::Base64 => base64::engine::general_purpose::STANDARD
+                                .decode(r.data.as_bytes())
+                                .map_err(|e| e.to_string())?,
+                            _ => r.data.into_bytes(),
+                        };
+                        Ok(ReadFile {
+                            bytes,
+                            content_type: r.content_type.unwrap_or_else(|| "text/plain".into()),
+                        })
+                    }),
+                    Err(e) => Err(e.message.clone()),
+                };
+                if let Err(why) = &read {
+                    tracing::info!(%uri, %why, "an attached file could not be read");
+                }
+                files.insert(uri, read);
+            }
+        }
+        attachments::prompt_content(message, &files)
+    }
+
     // ─── Dispatched actions ───────────────────────────────────────────────────
 
     /// A client's `dispatchAction`: handed to the session that owns the channel, which
@@ -585,7 +630,24 @@ impl Host {
                 self.root.publish(action, Some(origin), Some(reason));
             }
             Ok(Target::Session(handle, kind)) => {
-                if handle.dispatch(kind, action, origin).await.is_err() {
+                // A prompt's attached files are read here, before the session gets it, so
+                // its task never waits on the disk; this connection's later actions wait.
+                let content = match &action {
+                    StateAction::ChatTurnStarted(a)
+                        if a.message
+                            .attachments
+                            .as_ref()
+                            .is_some_and(|v| !v.is_empty()) =>
+                    {
+                        Some(self.prompt_content(&handle, &a.message).await)
+                    }
+                    _ => None,
+                };
+                if handle
+                    .dispatch_with_content(kind, action, origin, content)
+                    .await
+                    .is_err()
+                {
                     tracing::info!(%channel, "an action for a session that just closed was dropped");
                 }
             }

@@ -69,6 +69,8 @@ pub struct MessagesRequest {
     pub initiator: Initiator,
     /// Number of entries in `messages`.
     pub message_count: usize,
+    /// Whether any message carries an image (Copilot wants `copilot-vision-request` then).
+    pub has_images: bool,
 }
 
 #[derive(Deserialize)]
@@ -109,12 +111,21 @@ impl MessagesRequest {
             .is_some_and(|v| v.get().trim() == "true");
         let initiator = initiator_of(&messages);
         let message_count = messages.len();
+        // Most requests have no image anywhere: one byte search settles those.
+        let has_images = memchr::memmem::find(body, b"\"image\"").is_some()
+            && messages.iter().any(|m| {
+                serde_json::from_str::<MessagePeek>(m.get())
+                    .ok()
+                    .and_then(|p| p.content)
+                    .is_some_and(has_image)
+            });
         Ok(MessagesRequest {
             fields,
             model,
             stream,
             initiator,
             message_count,
+            has_images,
         })
     }
 
@@ -143,6 +154,27 @@ impl MessagesRequest {
     pub fn field(&self, name: &str) -> Option<&RawValue> {
         self.fields.get(name).map(|v| &**v)
     }
+}
+
+#[derive(Deserialize)]
+struct ContentPeek<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// Whether message (or tool-result) content has an image block.
+fn has_image(content: &RawValue) -> bool {
+    if !content.get().trim_start().starts_with('[') {
+        return false;
+    }
+    let blocks: Vec<ContentPeek> = serde_json::from_str(content.get()).unwrap_or_default();
+    blocks.iter().any(|b| match b.kind.as_deref() {
+        Some("image") => true,
+        Some("tool_result") => b.content.is_some_and(has_image),
+        _ => false,
+    })
 }
 
 fn initiator_of(messages: &[&RawValue]) -> Initiator {
@@ -239,6 +271,28 @@ mod tests {
             err(br#"{"model":"m","messages":{}}"#),
             RequestError::MessagesNotArray
         );
+    }
+
+    #[test]
+    fn images_are_found_in_messages_and_tool_results_and_nowhere_else() {
+        let images = |msgs: &str| {
+            MessagesRequest::parse(format!(r#"{{"model":"m","messages":{msgs}}}"#).as_bytes())
+                .unwrap()
+                .has_images
+        };
+        let png = r#"{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBOR"}}"#;
+        assert!(images(&format!(r#"[{{"role":"user","content":[{png}]}}]"#)));
+        assert!(images(&format!(
+            r#"[{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":[{png}]}}]}}]"#
+        )));
+        // The word in text, or no image at all.
+        assert!(!images(
+            r#"[{"role":"user","content":"what is an \"image\"?"}]"#
+        ));
+        assert!(!images(
+            r#"[{"role":"user","content":[{"type":"text","text":"\"image\""}]}]"#
+        ));
+        assert!(!images(r#"[{"role":"user","content":"hi"}]"#));
     }
 
     #[test]

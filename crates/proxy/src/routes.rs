@@ -178,6 +178,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         model: upstream_model,
         stream: parsed.stream,
         initiator: parsed.initiator,
+        vision: parsed.has_images,
         anthropic_version,
         anthropic_beta,
         client_user_agent: user_agent,

@@ -432,6 +432,9 @@ impl CopilotUpstream {
             ("vscode-sessionid", call.session_id.clone()),
             ("user-agent", ua),
         ];
+        if call.vision {
+            headers.push(("copilot-vision-request", "true".to_owned()));
+        }
         if let Some(v) = &call.anthropic_version {
             headers.push(("anthropic-version", v.clone()));
         }

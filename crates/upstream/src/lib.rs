@@ -86,6 +86,8 @@ pub struct MessagesCall {
     pub stream: bool,
     /// Who started the request (Copilot's `X-Initiator`).
     pub initiator: Initiator,
+    /// Whether the request carries images (Copilot's `copilot-vision-request`).
+    pub vision: bool,
     /// The client's `anthropic-version`.
     pub anthropic_version: Option<String>,
     /// The client's `anthropic-beta`, already filtered for this upstream.

@@ -380,12 +380,25 @@ impl SessionHandle {
         action: StateAction,
         origin: ActionOrigin,
     ) -> Result<(), ChatSessionError> {
+        self.dispatch_with_content(kind, action, origin, None).await
+    }
+
+    /// As [`SessionHandle::dispatch`], for a `chat/turnStarted` whose prompt `content` (its
+    /// text and attachments as content blocks, see [`crate::attachments`]) the caller built.
+    pub async fn dispatch_with_content(
+        &self,
+        kind: ChannelKind,
+        action: StateAction,
+        origin: ActionOrigin,
+        content: Option<Value>,
+    ) -> Result<(), ChatSessionError> {
         self.0
             .commands
             .send(Command::Dispatch {
                 kind,
                 action: Box::new(action),
                 origin,
+                content,
             })
             .await
             .map_err(|_| ChatSessionError::Closed)

@@ -92,6 +92,8 @@ pub(crate) enum Command {
         kind: ChannelKind,
         action: Box<StateAction>,
         origin: ActionOrigin,
+        /// For a `chat/turnStarted`: its prompt with the attachments already read.
+        content: Option<Value>,
     },
     Steer {
         text: String,
@@ -729,7 +731,8 @@ impl Task {
                 kind,
                 action,
                 origin,
-            } => self.dispatch(kind, *action, origin).await,
+                content,
+            } => self.dispatch(kind, *action, origin, content).await,
             Command::Steer { text, reply } => {
                 if !self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent) {
                     self.deliver(reply, Ok(None));

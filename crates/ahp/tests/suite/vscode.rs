@@ -709,3 +709,73 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
     assert_eq!(last["state"], "cancelled");
     assert!(snap["snapshot"]["state"]["activeTurn"].is_null());
 }
+
+/// A 1×1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_with_a_file_selection_and_a_pasted_image_reaches_claude_whole() {
+    let e = env().await;
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("I see the code and the picture."),
+        times: None,
+    });
+    let file = e.work().join("foo.ts");
+    std::fs::write(
+        &file,
+        "line one\nexport function failing() {\n  return 41;\n}\nline five\n",
+    )
+    .unwrap();
+    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let uri = claude_host_protocol::uri::file_uri(&file);
+    let turn = request_id();
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/turnStarted", "turnId": turn,
+                "startedAt": "2026-05-01T10:01:00.000Z",
+                "message": {"text": "Fix the failing test in #file:foo.ts", "origin": {"kind": "user"},
+                    "attachments": [
+                        {"type": "resource", "uri": uri, "label": "foo.ts", "displayKind": "selection",
+                         "selection": {"range": {"start": {"line": 1, "character": 0},
+                                                 "end": {"line": 3, "character": 1}}}},
+                        {"type": "embeddedResource", "label": "image.png", "displayKind": "image",
+                         "data": PNG, "contentType": "image/png"},
+                        {"type": "simple", "label": "Workspace", "displayKind": "workspace",
+                         "modelRepresentation": "The workspace is a TypeScript project."}],
+                    "model": {"id": model, "config": {"thinkingLevel": "high"}}}}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    // What Claude Code sent upstream: the selected lines, the image, the workspace note.
+    let req = e.fake.message_requests().pop().unwrap();
+    let body = req.json();
+    let user = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .unwrap()
+        .to_string();
+    assert!(user.contains("Fix the failing test"), "{user}");
+    assert!(user.contains("export function failing()"), "{user}");
+    assert!(user.contains("return 41;"));
+    assert!(!user.contains("line five"), "only the selection: {user}");
+    assert!(user.contains(r#""type":"image""#), "{user}");
+    assert!(user.contains("TypeScript project"));
+    assert_eq!(req.header("copilot-vision-request"), Some("true"));
+    // The history keeps the attachments and the model VS Code picked.
+    let snap = c.ok("subscribe", json!({"channel": chat})).await;
+    let message = &snap["snapshot"]["state"]["turns"][0]["message"];
+    assert_eq!(message["attachments"][0]["uri"], uri.as_str());
+    assert_eq!(message["attachments"][1]["contentType"], "image/png");
+    assert_eq!(message["model"]["id"], model.as_str());
+}

@@ -252,6 +252,20 @@ async fn copilot_headers_and_an_honest_initiator() {
         reqs[0].header("x-request-id"),
         reqs[1].header("x-request-id")
     );
+    assert_eq!(reqs[0].header("copilot-vision-request"), None, "no image");
+    // An image (a screenshot a tool returned) asks for Copilot's vision handling.
+    let with_image = json!({
+        "model": "claude-opus-5-5", "max_tokens": 10, "stream": true,
+        "messages": [
+            {"role": "user", "content": "look"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}
+        ]
+    });
+    let _ = e.messages(with_image).await.bytes().await.unwrap();
+    let last = e.fake.message_requests().pop().unwrap();
+    assert_eq!(last.header("copilot-vision-request"), Some("true"));
     assert_eq!(e.fake.header_violations(), Vec::<String>::new());
 }
 

@@ -9,10 +9,13 @@ impl Task {
         kind: ChannelKind,
         action: StateAction,
         origin: ActionOrigin,
+        content: Option<Value>,
     ) {
         let copy = action.clone();
         let outcome = match (kind, action) {
-            (ChannelKind::Chat, StateAction::ChatTurnStarted(a)) => self.client_turn(a, &origin),
+            (ChannelKind::Chat, StateAction::ChatTurnStarted(a)) => {
+                self.client_turn(a, &origin, content)
+            }
             (ChannelKind::Chat, StateAction::ChatToolCallConfirmed(a)) => {
                 self.client_confirm(a, &origin)
             }
@@ -110,6 +113,7 @@ impl Task {
         &mut self,
         a: ChatTurnStartedAction,
         origin: &ActionOrigin,
+        content: Option<Value>,
     ) -> Result<(), String> {
         if a.turn_id.is_empty() {
             return Err("chat/turnStarted needs a turnId".into());
@@ -149,6 +153,9 @@ impl Task {
             Some((StateAction::ChatTurnStarted(a), origin.clone())),
             None,
         );
+        if let (Some(content), Some(t)) = (content, self.turn.as_mut()) {
+            t.content = content;
+        }
         if !values.is_empty() {
             self.configure(PendingConfig {
                 values,
