@@ -183,6 +183,15 @@ impl VsCode {
     }
 }
 
+/// Every model request from now on is answered with `text`.
+fn answer_always(e: &Env, text: &str) {
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text(text),
+        times: None,
+    });
+}
+
 /// A VS Code chat request id.
 fn request_id() -> String {
     format!("request_{}", uuid::Uuid::new_v4())
@@ -257,11 +266,7 @@ async fn create(c: &mut VsCode, e: &Env, session: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vs_code_window_runs_turns_in_sessions_named_either_way() {
     let e = env().await;
-    e.fake.push(Rule {
-        when: Match::Always,
-        reply: Reply::text("Hello from Claude."),
-        times: None,
-    });
+    answer_always(&e, "Hello from Claude.");
     let (mut c, init) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
     assert_eq!(init["protocolVersion"], "0.9.0", "{init}");
     assert_eq!(init["snapshots"][0]["resource"], "ahp-root://");
@@ -367,11 +372,7 @@ async fn a_dropped_socket_resumes_with_reconnect_in_both_forms_without_gap_or_du
         reply,
         times: Some(1),
     });
-    e.fake.push(Rule {
-        when: Match::Always,
-        reply: Reply::text("Again."),
-        times: None,
-    });
+    answer_always(&e, "Again.");
     let client_id = uuid::Uuid::new_v4().to_string();
     let (mut c, _) = vs_code(&e, &client_id).await;
     let model = a_model(&mut c).await;
@@ -463,11 +464,7 @@ async fn a_dropped_socket_resumes_with_reconnect_in_both_forms_without_gap_or_du
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by_its_uri() {
     let mut e = env_with_store().await;
-    e.fake.push(Rule {
-        when: Match::Always,
-        reply: Reply::text("Remembered."),
-        times: None,
-    });
+    answer_always(&e, "Remembered.");
     let client_id = uuid::Uuid::new_v4().to_string();
     let (mut c, _) = vs_code(&e, &client_id).await;
     let model = a_model(&mut c).await;
@@ -574,11 +571,7 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
     let (held_cancel, _cancel_gate) = Reply::gated("This never ends.", 2);
     e.fake
         .push(rule(Match::LastUserContains("endless".into()), held_cancel));
-    e.fake.push(Rule {
-        when: Match::Always,
-        reply: Reply::text("Done."),
-        times: None,
-    });
+    answer_always(&e, "Done.");
     let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
     let model = a_model(&mut c).await;
     let session = format!("claude:/{}", uuid::Uuid::new_v4());
@@ -716,11 +709,7 @@ const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkY
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_with_a_file_selection_and_a_pasted_image_reaches_claude_whole() {
     let e = env().await;
-    e.fake.push(Rule {
-        when: Match::Always,
-        reply: Reply::text("I see the code and the picture."),
-        times: None,
-    });
+    answer_always(&e, "I see the code and the picture.");
     let file = e.work().join("foo.ts");
     std::fs::write(
         &file,
