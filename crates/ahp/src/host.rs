@@ -333,7 +333,8 @@ impl Host {
         }
         let config = p.config.unwrap_or_default();
         let get = |k: &str| config.get(k).and_then(Value::as_str).map(str::to_owned);
-        self.agent
+        let handle = self
+            .agent
             .create_session(NewSession {
                 uris: Some(claude_host_agent::uris_for(&p.channel)),
                 id: Some(id),
@@ -345,6 +346,9 @@ impl Host {
             })
             .await
             .map_err(agent_error)?;
+        if let Some(client) = p.active_client {
+            handle.set_active_client(client).await;
+        }
         Ok(Value::Null)
     }
 

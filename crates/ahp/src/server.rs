@@ -379,6 +379,13 @@ async fn connection(
         t.abort();
     }
     dispatcher.abort();
+    // Gone from every session it was active in (VS Code sets itself again when it is back).
+    let client_id = conn.client_id();
+    if !client_id.is_empty() {
+        for session in host.agent().live_sessions() {
+            session.remove_active_client(&client_id).await;
+        }
+    }
     drop(conn);
     let _ = writer.await;
     tracing::info!(%peer, "client disconnected");

@@ -13,7 +13,8 @@ use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::common::JsonObject;
 use ahp_types::notifications::PartialSessionSummary;
 use ahp_types::state::{
-    ChatInputAnswer, ChatInputResponseKind, ChatState, SessionState, SessionSummary,
+    ChatInputAnswer, ChatInputResponseKind, ChatState, SessionActiveClient, SessionState,
+    SessionSummary,
 };
 use claude_host_sdk::{SessionError, SessionOptions};
 use serde_json::Value;
@@ -381,6 +382,25 @@ impl SessionHandle {
         origin: ActionOrigin,
     ) -> Result<(), ChatSessionError> {
         self.dispatch_with_content(kind, action, origin, None).await
+    }
+
+    /// A client is active in the session (its tools and customizations), as `createSession`
+    /// named it; shown in `activeClients`.
+    pub async fn set_active_client(&self, client: SessionActiveClient) {
+        let _ = self
+            .0
+            .commands
+            .send(Command::ActiveClient(Ok(client)))
+            .await;
+    }
+
+    /// A client is gone (its connection closed): it leaves `activeClients`.
+    pub async fn remove_active_client(&self, client_id: &str) {
+        let _ = self
+            .0
+            .commands
+            .send(Command::ActiveClient(Err(client_id.to_owned())))
+            .await;
     }
 
     /// As [`SessionHandle::dispatch`], for a `chat/turnStarted` whose prompt `content` (its

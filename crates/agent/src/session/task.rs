@@ -26,14 +26,15 @@ use ahp::reducers::{ReduceOutcome, apply_action_to_chat, apply_action_to_session
 use ahp_types::actions::{
     ActionOrigin, ChatInputCompletedAction, ChatPendingMessageRemovedAction,
     ChatPendingMessageSetAction, ChatQueuedMessagesReorderedAction, ChatToolCallConfirmedAction,
-    ChatTruncatedAction, ChatTurnCancelledAction, ChatTurnStartedAction, StateAction,
+    ChatTruncatedAction, ChatTurnCancelledAction, ChatTurnStartedAction,
+    SessionActiveClientRemovedAction, SessionActiveClientSetAction, StateAction,
 };
 use ahp_types::common::JsonObject;
 use ahp_types::notifications::PartialSessionSummary;
 use ahp_types::state::{
     ChatInputResponseKind, ChatState, ChatSummary, Message, MessageKind, PendingMessageKind,
-    ResponsePart, SessionLifecycle, SessionModelInfo, SessionState, ToolCallConfirmationState,
-    ToolCallState, ToolInput, Turn,
+    ResponsePart, SessionActiveClient, SessionLifecycle, SessionModelInfo, SessionState,
+    ToolCallConfirmationState, ToolCallState, ToolInput, Turn,
 };
 use claude_host_protocol::frames::{CanUseTool, CommandState, ResultFrame, RunState};
 use claude_host_protocol::stream_json::{Frame, Typed};
@@ -74,6 +75,8 @@ type Reply<T> = oneshot::Sender<Result<T, ChatSessionError>>;
 
 /// What a session is asked to do.
 pub(crate) enum Command {
+    /// A client became active in the session (`Ok`), or left it (`Err(client id)`).
+    ActiveClient(Result<SessionActiveClient, String>),
     Subscribe {
         reply: oneshot::Sender<(SessionSnapshot, broadcast::Receiver<Arc<Published>>)>,
     },
@@ -713,6 +716,25 @@ impl Task {
 
     async fn on_command(&mut self, cmd: Command) {
         match cmd {
+            Command::ActiveClient(Ok(client)) => {
+                self.session(StateAction::SessionActiveClientSet(
+                    SessionActiveClientSetAction {
+                        active_client: client,
+                    },
+                ));
+            }
+            Command::ActiveClient(Err(client_id)) => {
+                if self
+                    .session
+                    .active_clients
+                    .iter()
+                    .any(|c| c.client_id == client_id)
+                {
+                    self.session(StateAction::SessionActiveClientRemoved(
+                        SessionActiveClientRemovedAction { client_id },
+                    ));
+                }
+            }
             Command::Subscribe { reply } => {
                 let live = self.outbox.subscribe();
                 let out = (self.snapshot(), live);
@@ -967,6 +989,7 @@ fn refuse_command(cmd: Command) {
         Command::Subscribe { .. }
         | Command::Replay { .. }
         | Command::Snapshot { .. }
-        | Command::Dispatch { .. } => {}
+        | Command::Dispatch { .. }
+        | Command::ActiveClient(_) => {}
     }
 }

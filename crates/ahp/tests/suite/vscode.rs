@@ -242,7 +242,11 @@ async fn create(c: &mut VsCode, e: &Env, session: &str) -> Value {
             "createSession",
             json!({"channel": session, "provider": "claude", "workingDirectories": [work],
                 "config": {"isolation": "folder", "autoApprove": "default"},
-                "activeClient": {"clientId": c.client_id, "tools": [], "customizations": []},
+                "activeClient": {"clientId": c.client_id, "tools": [
+                    {"name": "vscode_runTests", "title": "Run tests", "description": "Runs tests",
+                     "inputSchema": {"type": "object", "properties": {
+                        "files": {"type": "array", "items": {"type": "string"}}}}}],
+                    "customizations": []},
                 "progressToken": uuid::Uuid::new_v4().to_string()}),
         )
         .await;
@@ -257,6 +261,11 @@ async fn create(c: &mut VsCode, e: &Env, session: &str) -> Value {
         "the computed form: {state}"
     );
     assert_eq!(state["lifecycle"], "ready");
+    assert_eq!(state["activeClients"][0]["clientId"], c.client_id.as_str());
+    assert_eq!(
+        state["activeClients"][0]["tools"][0]["name"],
+        "vscode_runTests"
+    );
     let chat_snapshot = c.ok("subscribe", json!({"channel": chat})).await;
     assert_eq!(chat_snapshot["snapshot"]["resource"], chat.as_str());
     assert_eq!(chat_snapshot["snapshot"]["state"]["turns"], json!([]));
@@ -344,14 +353,20 @@ async fn a_vs_code_window_runs_turns_in_sessions_named_either_way() {
         let listed = c
             .ok("listSessions", json!({"channel": "ahp-root://"}))
             .await;
-        assert!(
-            listed["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|i| i["resource"] == session.as_str()),
-            "{listed}"
-        );
+        // One page without asking for one; times VS Code's `Date.parse` reads.
+        assert!(listed.get("nextCursor").is_none_or(Value::is_null));
+        let item = listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["resource"] == session.as_str())
+            .unwrap_or_else(|| panic!("{session} in {listed}"))
+            .clone();
+        assert_eq!(item["provider"], "claude");
+        for key in ["createdAt", "modifiedAt"] {
+            let t = item[key].as_str().unwrap();
+            assert!(t.contains('T') && t.ends_with('Z'), "{key}: {t}");
+        }
         let snap = c.ok("subscribe", json!({"channel": chat})).await;
         let turns = snap["snapshot"]["state"]["turns"]
             .as_array()
@@ -767,4 +782,52 @@ async fn a_turn_with_a_file_selection_and_a_pasted_image_reaches_claude_whole() 
     assert_eq!(message["attachments"][0]["uri"], uri.as_str());
     assert_eq!(message["attachments"][1]["contentType"], "image/png");
     assert_eq!(message["model"]["id"], model.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_on_demand_unknown_requests_and_a_client_leaving_as_vs_code_expects() {
+    let e = env().await;
+    let mut a = VsCode::connect(&e.url, &uuid::Uuid::new_v4().to_string()).await;
+    a.initialize(&["ahp-root://"]).await;
+    a.config_burst().await;
+    // Before any sign-in, createSession says which sign-in it needs.
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    let work = claude_host_protocol::uri::file_uri(&e.work());
+    let refused = a
+        .request(
+            "createSession",
+            json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], -32007, "{refused}");
+    let resource = &refused["error"]["data"]["resources"][0];
+    assert_eq!(resource["resource"], "https://api.github.com");
+    assert_eq!(
+        resource["authorization_servers"],
+        json!(["https://github.com/login/oauth"])
+    );
+    // VS Code signs in and retries once.
+    a.authenticate().await;
+    create(&mut a, &e, &session).await;
+    // Extension requests this host does not serve: -32601, and the connection stays.
+    for method in ["shutdown", "getNetworkDiagnosticsInfo", "diagnosticsFetch"] {
+        let r = a.request(method, json!({"channel": "ahp-root://"})).await;
+        assert_eq!(r["error"]["code"], -32601, "{method}: {r}");
+    }
+    assert_eq!(
+        a.ok("ping", json!({"channel": "ahp-root://"})).await,
+        Value::Null
+    );
+    // Another window watches the session; the first one's connection closes.
+    let mut b = VsCode::connect(&e.url, &uuid::Uuid::new_v4().to_string()).await;
+    b.initialize(&["ahp-root://", session.as_str()]).await;
+    let gone = a.client_id.clone();
+    drop(a);
+    let removed = b
+        .action("the closed window leaving", |x| {
+            x["action"]["type"] == "session/activeClientRemoved"
+                && x["action"]["clientId"] == gone.as_str()
+        })
+        .await;
+    assert_eq!(removed["channel"], session.as_str());
 }
