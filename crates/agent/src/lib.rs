@@ -9,6 +9,7 @@
 pub mod actions;
 mod agent;
 pub mod attachments;
+pub mod completions;
 pub mod config;
 pub mod listing;
 pub mod mapper;

@@ -9,14 +9,18 @@ use ahp_types::actions::{
     ActionOrigin, RootActiveSessionsChangedAction, RootAgentsChangedAction, StateAction,
 };
 use ahp_types::commands::{
-    ContentEncoding, Implementation, InitializeResult, ListSessionsResult,
-    ResolveSessionConfigResult, ResourceReadResult, SessionConfigCompletionsResult,
-    SessionConfigValueItem,
+    CompletionItem, CompletionsParams, CompletionsResult, ContentEncoding, Implementation,
+    InitializeResult, ListSessionsResult, ResolveSessionConfigResult, ResourceReadResult,
+    SessionConfigCompletionsResult, SessionConfigValueItem,
 };
+use ahp_types::common::JsonObject;
 use ahp_types::notifications::{
     SessionAddedParams, SessionRemovedParams, SessionSummaryChangedParams,
 };
-use ahp_types::state::{Message, RootState, SessionSummary, Snapshot, SnapshotState};
+use ahp_types::state::{
+    Message, MessageAttachment, MessageResourceAttachment, RootState, SessionSummary,
+    SimpleMessageAttachment, Snapshot, SnapshotState,
+};
 use claude_host_agent::outbox::Replay;
 use claude_host_agent::{
     AHP_SESSION_PREFIX, Agent, AgentError, CLAUDE_SESSION_PREFIX, ChannelKind, NewSession,
@@ -290,7 +294,7 @@ impl Host {
             meta: None,
             snapshots: Vec::new(),
             default_directory: self.config.default_directory.as_deref().map(file_uri),
-            completion_trigger_characters: None,
+            completion_trigger_characters: Some(vec!["/".into(), "@".into()]),
             terminal_command_prefix: None,
             telemetry: None,
             automations: None,
@@ -557,6 +561,93 @@ impl Host {
             }
         })?;
         resources::handle(&roots, method, params.clone()).await
+    }
+
+    /// `completions`: after `/`, the CLI's slash commands and skills; after `@`, files and
+    /// folders under the session's folders.
+    pub(crate) async fn completions(&self, params: &Value) -> Result<Value, RpcError> {
+        use claude_host_agent::completions::{find_files, trigger};
+        let p: CompletionsParams = parse(params)?;
+        let Target::Session(handle, _) = self.target(&p.channel).await? else {
+            return Err(RpcError::invalid_params(
+                "completions are for a session or chat",
+            ));
+        };
+        let offset = usize::try_from(p.offset).unwrap_or(0);
+        let Some((kind, query, start)) = trigger(&p.text, offset) else {
+            return to_json(CompletionsResult { items: Vec::new() });
+        };
+        let range = |len: usize| (i64::try_from(start).ok(), i64::try_from(start + len).ok());
+        let typed = query.chars().count() + 1;
+        let (range_start, range_end) = range(typed);
+        let items = if kind == '/' {
+            let query = query.to_lowercase();
+            let mut commands = handle.slash_commands().await;
+            if commands.is_empty() {
+                // Its CLI has not run yet: the user is writing its first prompt, so start it
+                // now (the prompt would anyway) and ask it.
+                if let Err(e) = handle.warm().await {
+                    tracing::info!(error = %e, "no CLI to list slash commands");
+                }
+                commands = handle.slash_commands().await;
+            }
+            commands
+                .into_iter()
+                .filter(|c| c.name.to_lowercase().starts_with(&query))
+                .map(|c| {
+                    let mut meta = JsonObject::new();
+                    meta.insert("command".into(), json!(c.name));
+                    meta.insert("description".into(), json!(c.description));
+                    meta.insert("argumentHint".into(), json!(c.argument_hint));
+                    CompletionItem {
+                        insert_text: format!("/{} ", c.name),
+                        range_start,
+                        range_end,
+                        attachment: MessageAttachment::Simple(SimpleMessageAttachment {
+                            label: c.name,
+                            range: None,
+                            display_kind: Some("command".into()),
+                            meta: Some(meta),
+                            model_representation: None,
+                        }),
+                    }
+                })
+                .collect()
+        } else {
+            let roots = handle.status().working_directories;
+            let found = tokio::task::spawn_blocking(move || find_files(&roots, &query, 50))
+                .await
+                .map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))?;
+            found
+                .into_iter()
+                .map(|m| {
+                    let shown = if m.is_dir {
+                        format!("{}/", m.relative)
+                    } else {
+                        m.relative.clone()
+                    };
+                    CompletionItem {
+                        insert_text: format!("@{shown}"),
+                        range_start,
+                        range_end,
+                        attachment: MessageAttachment::Resource(MessageResourceAttachment {
+                            label: m.relative,
+                            range: None,
+                            display_kind: Some(
+                                if m.is_dir { "directory" } else { "document" }.into(),
+                            ),
+                            meta: None,
+                            uri: file_uri(&m.path),
+                            size_hint: None,
+                            content_type: None,
+                            nonce: None,
+                            selection: None,
+                        }),
+                    }
+                })
+                .collect()
+        };
+        to_json(CompletionsResult { items })
     }
 
     /// A message's prompt with its attachments: files read from the session's folders

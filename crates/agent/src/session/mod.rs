@@ -384,6 +384,13 @@ impl SessionHandle {
         self.dispatch_with_content(kind, action, origin, None).await
     }
 
+    /// The slash commands and skills its CLI offers (empty until the CLI first started).
+    pub async fn slash_commands(&self) -> Vec<crate::completions::SlashCommand> {
+        self.ask(|reply| Command::SlashCommands { reply })
+            .await
+            .unwrap_or_default()
+    }
+
     /// A client is active in the session (its tools and customizations), as `createSession`
     /// named it; shown in `activeClients`.
     pub async fn set_active_client(&self, client: SessionActiveClient) {

@@ -18,6 +18,7 @@ use super::{
     SessionNotice, SessionSnapshot, SessionStatus, SessionUris, Shared,
 };
 use crate::actions::{self, Ready};
+use crate::completions::SlashCommand;
 use crate::config;
 use crate::mapper::{self, TurnMapper};
 use crate::outbox::{Outbox, Published, Replay, Sequence};
@@ -75,6 +76,10 @@ type Reply<T> = oneshot::Sender<Result<T, ChatSessionError>>;
 
 /// What a session is asked to do.
 pub(crate) enum Command {
+    /// The slash commands and skills of the session's CLI (empty before it first started).
+    SlashCommands {
+        reply: oneshot::Sender<Vec<SlashCommand>>,
+    },
     /// A client became active in the session (`Ok`), or left it (`Err(client id)`).
     ActiveClient(Result<SessionActiveClient, String>),
     Subscribe {
@@ -154,7 +159,8 @@ pub(crate) enum Keep {
 pub(crate) enum Internal {
     Started {
         generation: u64,
-        result: Result<Box<ClaudeSession>, String>,
+        /// The CLI and the slash commands it offers.
+        result: Result<(Box<ClaudeSession>, Vec<SlashCommand>), String>,
     },
     Permission {
         generation: u64,
@@ -435,6 +441,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         idle_since: None,
         closing: false,
         close_waiters: Vec::new(),
+        slash_commands: Vec::new(),
         ended,
     };
     tokio::spawn(task.run());
@@ -575,6 +582,8 @@ struct Task {
     idle_since: Option<Instant>,
     closing: bool,
     close_waiters: Vec<oneshot::Sender<()>>,
+    /// What its CLI offers after `/`, as it said at start-up.
+    slash_commands: Vec<SlashCommand>,
     /// Where it leaves its last state and replay ring when it ends.
     ended: Arc<std::sync::OnceLock<Ended>>,
 }
@@ -716,6 +725,10 @@ impl Task {
 
     async fn on_command(&mut self, cmd: Command) {
         match cmd {
+            Command::SlashCommands { reply } => {
+                let out = self.slash_commands.clone();
+                self.deliver(reply, out);
+            }
             Command::ActiveClient(Ok(client)) => {
                 self.session(StateAction::SessionActiveClientSet(
                     SessionActiveClientSetAction {
@@ -990,6 +1003,7 @@ fn refuse_command(cmd: Command) {
         | Command::Replay { .. }
         | Command::Snapshot { .. }
         | Command::Dispatch { .. }
+        | Command::SlashCommands { .. }
         | Command::ActiveClient(_) => {}
     }
 }

@@ -831,3 +831,55 @@ async fn sign_in_on_demand_unknown_requests_and_a_client_leaving_as_vs_code_expe
         .await;
     assert_eq!(removed["channel"], session.as_str());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slash_and_at_complete_to_claude_codes_commands_and_the_sessions_files() {
+    let e = env().await;
+    std::fs::create_dir_all(e.work().join("src")).unwrap();
+    std::fs::write(e.work().join("src/main.rs"), "fn main() {}\n").unwrap();
+    let (mut c, init) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    assert_eq!(init["completionTriggerCharacters"], json!(["/", "@"]));
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let complete = |text: &str| {
+        json!({"kind": "userMessage", "channel": session, "text": text,
+            "offset": text.chars().count()})
+    };
+    // Before the first prompt: the session's CLI is started to ask it.
+    let all = c.ok("completions", complete("/")).await;
+    let items = all["items"].as_array().unwrap().clone();
+    assert!(!items.is_empty(), "Claude Code's commands: {all}");
+    let first = items[0]["attachment"]["_meta"]["command"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(items[0]["insertText"], format!("/{first} "));
+    assert_eq!(
+        (items[0]["rangeStart"].clone(), items[0]["rangeEnd"].clone()),
+        (json!(0), json!(1))
+    );
+    let prefix: String = first.chars().take(3).collect();
+    let narrowed = c.ok("completions", complete(&format!("/{prefix}"))).await;
+    let narrowed = narrowed["items"].as_array().unwrap();
+    assert!(!narrowed.is_empty() && narrowed.len() <= items.len());
+    assert!(narrowed.iter().all(|i| {
+        i["insertText"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("/{prefix}"))
+    }));
+    // Files under the session's folder.
+    let files = c.ok("completions", complete("look at @mai")).await;
+    let file = &files["items"][0];
+    assert_eq!(file["insertText"], "@src/main.rs");
+    assert_eq!(file["rangeStart"], 8);
+    assert_eq!(file["rangeEnd"], 12);
+    assert_eq!(file["attachment"]["type"], "resource");
+    assert_eq!(
+        file["attachment"]["uri"],
+        claude_host_protocol::uri::file_uri(&e.work().join("src/main.rs")).as_str()
+    );
+    // No trigger, no items.
+    let none = c.ok("completions", complete("plain words")).await;
+    assert_eq!(none["items"], json!([]));
+}

@@ -154,10 +154,11 @@ impl Task {
         let job = tokio::spawn(async move {
             let result = async {
                 let cli = ClaudeSession::spawn(opts, bridge).map_err(|e| e.to_string())?;
-                cli.initialize(None, json!({}))
+                let init = cli
+                    .initialize(None, json!({}))
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok(Box::new(cli))
+                Ok((Box::new(cli), crate::completions::slash_commands(&init)))
             }
             .await;
             // If the task is gone, the CLI is dropped here, which kills its group.
@@ -192,8 +193,9 @@ impl Task {
                     return;
                 }
                 match result {
-                    Ok(cli) => {
+                    Ok((cli, commands)) => {
                         self.cli = Cli::Live(Arc::from(cli));
+                        self.slash_commands = commands;
                         for w in std::mem::take(&mut self.warm_waiters) {
                             self.deliver(w, Ok(()));
                         }
