@@ -147,6 +147,35 @@ pub fn check(schema: &SessionConfigSchema, changes: &JsonObject) -> Result<(), S
     Ok(())
 }
 
+/// VS Code's own session keys in this host's terms. `isolation` must be `folder` (sessions
+/// run in their folder; worktrees are not made); `mode` and `autoApprove` become a
+/// `permissionMode` when the values name none: `plan` → `plan`; `autopilot`, or approving
+/// everything → `bypassPermissions` (refused later unless the host allows it); `assisted` →
+/// `acceptEdits`; `default` → `default`. Their own keys stay in the values.
+pub fn map_client_keys(values: &mut JsonObject) -> Result<(), String> {
+    let get = |k: &str| values.get(k).and_then(Value::as_str).map(str::to_owned);
+    match get("isolation").as_deref() {
+        None | Some("folder") => {}
+        Some(other) => {
+            return Err(format!(
+                "isolation {other:?} is not offered by this host: sessions run in their folder"
+            ));
+        }
+    }
+    if values.contains_key(PERMISSION_MODE) {
+        return Ok(());
+    }
+    let mode = match (get("mode").as_deref(), get("autoApprove").as_deref()) {
+        (Some("plan"), _) => "plan",
+        (Some("autopilot"), _) | (_, Some("autopilot" | "autoApprove")) => "bypassPermissions",
+        (_, Some("assisted")) => "acceptEdits",
+        (_, Some("default")) => "default",
+        _ => return Ok(()),
+    };
+    values.insert(PERMISSION_MODE.into(), Value::String(mode.into()));
+    Ok(())
+}
+
 /// A session's config state: the schema and the values in force.
 pub fn state(schema: SessionConfigSchema, values: JsonObject) -> SessionConfigState {
     SessionConfigState { schema, values }
@@ -162,6 +191,45 @@ mod tests {
             "configSchema": {"type": "object", "properties": {"thinkingLevel": {"type": "string",
             "title": "Thinking effort", "enum": ["low", "medium"], "default": "medium"}}}}))
         .unwrap()
+    }
+
+    #[test]
+    fn vs_code_keys_become_permission_modes() {
+        let mapped = |v: serde_json::Value| {
+            let mut o = v.as_object().unwrap().clone();
+            map_client_keys(&mut o).map(|()| o.get(PERMISSION_MODE).cloned())
+        };
+        assert_eq!(
+            mapped(json!({"isolation": "folder", "autoApprove": "default"})),
+            Ok(Some(json!("default")))
+        );
+        assert_eq!(
+            mapped(json!({"mode": "plan", "autoApprove": "autopilot"})),
+            Ok(Some(json!("plan")))
+        );
+        assert_eq!(
+            mapped(json!({"autoApprove": "autopilot"})),
+            Ok(Some(json!("bypassPermissions")))
+        );
+        assert_eq!(
+            mapped(json!({"mode": "autopilot"})),
+            Ok(Some(json!("bypassPermissions")))
+        );
+        assert_eq!(
+            mapped(json!({"autoApprove": "assisted"})),
+            Ok(Some(json!("acceptEdits")))
+        );
+        assert_eq!(mapped(json!({"mode": "interactive"})), Ok(None));
+        assert_eq!(
+            mapped(json!({"autoApprove": "autopilot", "permissionMode": "default"})),
+            Ok(Some(json!("default"))),
+            "an explicit mode wins"
+        );
+        assert!(
+            mapped(json!({"isolation": "worktree"}))
+                .unwrap_err()
+                .contains("worktree")
+        );
     }
 
     #[test]

@@ -335,7 +335,9 @@ impl Host {
             // Fails early, with the protocol's code, for a directory that does not exist.
             Roots::new(&dirs)?;
         }
-        let config = p.config.unwrap_or_default();
+        let mut config = p.config.unwrap_or_default();
+        claude_host_agent::config::map_client_keys(&mut config)
+            .map_err(RpcError::invalid_params)?;
         let get = |k: &str| config.get(k).and_then(Value::as_str).map(str::to_owned);
         let handle = self
             .agent

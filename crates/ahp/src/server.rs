@@ -178,6 +178,9 @@ struct Conn {
     // Each session's feed on this connection (`feed`), by the same key as its forwarder;
     // looked up or swapped for one operation, never held across an await.
     feeds: Mutex<HashMap<String, mpsc::UnboundedSender<feed::FeedCmd>>>,
+    // The root forwarder, to wait for its end when the root is subscribed again; swapped or
+    // taken in one operation, never held across an await.
+    root_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pending: Arc<Semaphore>,
     max_pending: usize,
 }
@@ -218,6 +221,18 @@ impl Conn {
         let task = tokio::spawn(async move { forward_root(&conn, rx).await });
         if let Some(old) = lock(&self.forwarders).insert(ROOT.to_owned(), task.abort_handle()) {
             old.abort();
+        }
+        *lock(&self.root_task) = Some(task);
+    }
+
+    /// Stops the root forwarder and waits until it has: a new root subscription then starts
+    /// after everything the old one sent, never interleaved with it.
+    async fn stop_root(&self) {
+        let task = lock(&self.root_task).take();
+        lock(&self.forwarders).remove(ROOT);
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
         }
     }
 
@@ -333,6 +348,7 @@ async fn connection(
         closing,
         forwarders: Mutex::new(HashMap::new()),
         feeds: Mutex::new(HashMap::new()),
+        root_task: Mutex::new(None),
         pending: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
         max_pending: config.max_pending_requests.max(1),
     });
@@ -595,6 +611,8 @@ async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
         // The session's feed answers, in order with the actions it forwards.
         Ok(Target::Session(handle, kind)) => conn.subscribe_in_feed(handle, uri, kind, id),
         Ok(Target::Root) => {
+            // The old stream has stopped before the new snapshot is taken.
+            conn.stop_root().await;
             let (snapshot, rx) = host.root_subscribe();
             conn.respond(id, Ok(json!({ "snapshot": snapshot })));
             conn.forward_root_notifications(host.notifications());
@@ -797,6 +815,7 @@ mod tests {
                 closing,
                 forwarders: Mutex::new(HashMap::new()),
                 feeds: Mutex::new(HashMap::new()),
+                root_task: Mutex::new(None),
                 pending: Arc::new(Semaphore::new(1)),
                 max_pending: 1,
             },

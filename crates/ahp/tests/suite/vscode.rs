@@ -7,6 +7,7 @@ use super::*;
 use claude_host_testkit::fake::{Match, Reply, Rule};
 use futures_util::{SinkExt, StreamExt};
 use pretty_assertions::assert_eq;
+use std::collections::HashMap;
 use tokio_tungstenite::tungstenite::Message;
 
 type Ws =
@@ -21,7 +22,10 @@ struct VsCode {
     client_id: String,
     next_id: i64,
     client_seq: i64,
+    /// The highest `serverSeq` seen (what VS Code sends as `lastSeenServerSeq`).
     last_seen: u64,
+    /// The last `serverSeq` seen per channel.
+    last_per_channel: HashMap<String, u64>,
     /// Every `action` envelope received on this client, in order of arrival.
     actions: Vec<Value>,
     /// Every other notification received.
@@ -36,6 +40,7 @@ impl VsCode {
             next_id: 0,
             client_seq: 0,
             last_seen: 0,
+            last_per_channel: HashMap::new(),
             actions: Vec::new(),
             notes: Vec::new(),
         }
@@ -61,8 +66,11 @@ impl VsCode {
             match v["method"].as_str() {
                 Some("action") => {
                     let seq = v["params"]["serverSeq"].as_u64().unwrap();
-                    assert!(seq > self.last_seen, "serverSeq goes forward: {v}");
-                    self.last_seen = seq;
+                    let channel = v["params"]["channel"].as_str().unwrap().to_owned();
+                    let last = self.last_per_channel.entry(channel).or_default();
+                    assert!(seq > *last, "a channel's serverSeq goes forward: {v}");
+                    *last = seq;
+                    self.last_seen = self.last_seen.max(seq);
                     self.actions.push(v["params"].clone());
                 }
                 Some(_) => self.notes.push(v.clone()),
@@ -426,15 +434,22 @@ async fn a_dropped_socket_resumes_with_reconnect_in_both_forms_without_gap_or_du
         .actions
         .last()
         .map_or(seen_before, |a| a["serverSeq"].as_u64().unwrap());
+    for a in &c.actions {
+        let seq = a["serverSeq"].as_u64().unwrap();
+        c.last_per_channel
+            .insert(a["channel"].as_str().unwrap().to_owned(), seq);
+    }
     c.config_burst().await;
     // Live actions after the replay must each be newer than the last (`read` checks).
     let end = c.action("the turn's end", turn_ended(&turn)).await;
     assert_eq!(end["action"]["type"], "chat/turnComplete");
-    let after: Vec<u64> = c
+    // Root and session streams may interleave; together they must cover every number once.
+    let mut after: Vec<u64> = c
         .actions
         .iter()
         .map(|a| a["serverSeq"].as_u64().unwrap())
         .collect();
+    after.sort_unstable();
     assert_eq!(
         after[0],
         seen_before + 1,
@@ -653,15 +668,28 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
         })
         .await;
     assert_eq!(removed["action"]["kind"], "steering");
-    assert!(
+    // The steering reaches the model: within the turn when Claude Code read it in time, else
+    // in a turn of its own right after (the gate may open before it read the message).
+    let steered = |e: &Env| {
         e.fake
             .message_requests()
             .iter()
-            .any(|r| r.json().to_string().contains("also update the docs")),
-        "the steering reached the model"
-    );
+            .any(|r| r.json().to_string().contains("also update the docs"))
+    };
+    let mut requests = e.fake.message_requests().len();
+    while !steered(&e) {
+        requests += 1;
+        e.fake
+            .wait_message_requests(requests, WAIT)
+            .await
+            .expect("the steering reached the model");
+    }
 
-    // A message queued behind a running turn is promoted when it ends.
+    // A message queued behind a running turn is promoted when it ends (in a second session:
+    // the first may still run the steering as a turn of its own).
+    let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
     let before = e.fake.message_requests().len();
     let turn = start_turn(&mut c, &chat, "The first job", &model).await;
     e.fake
@@ -882,4 +910,61 @@ async fn slash_and_at_complete_to_claude_codes_commands_and_the_sessions_files()
     // No trigger, no items.
     let none = c.ok("completions", complete("plain words")).await;
     assert_eq!(none["items"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_codes_session_config_keys_map_onto_permission_modes_or_are_refused_with_a_reason() {
+    let e = env().await;
+    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    let work = claude_host_protocol::uri::file_uri(&e.work());
+    c.ok(
+        "createSession",
+        json!({"channel": session, "provider": "claude", "workingDirectories": [work],
+            "config": {"isolation": "folder", "autoApprove": "default", "mode": "plan"}}),
+    )
+    .await;
+    let s = c.ok("subscribe", json!({"channel": session})).await;
+    let values = &s["snapshot"]["state"]["config"]["values"];
+    assert_eq!(values["permissionMode"], "plan", "{values}");
+    // The chip VS Code changes on a live session.
+    let seq = c
+        .dispatch(
+            &session,
+            json!({"type": "session/configChanged", "config": {"autoApprove": "assisted"}}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    assert_eq!(echo["action"]["config"]["permissionMode"], "acceptEdits");
+    for (config, why) in [
+        (json!({"isolation": "worktree"}), "worktree"),
+        (json!({"mode": "autopilot"}), "bypassPermissions"),
+    ] {
+        let seq = c
+            .dispatch(
+                &session,
+                json!({"type": "session/configChanged", "config": config}),
+            )
+            .await;
+        let echo = c.echo(seq).await;
+        let reason = echo["rejectionReason"].as_str().unwrap_or_default();
+        assert!(reason.contains(why), "{echo}");
+    }
+    let s = c.ok("subscribe", json!({"channel": session})).await;
+    assert_eq!(
+        s["snapshot"]["state"]["config"]["values"]["permissionMode"],
+        "acceptEdits"
+    );
+    // A worktree is refused at creation too, with the reason.
+    let other = format!("claude:/{}", uuid::Uuid::new_v4());
+    let r = c
+        .request(
+            "createSession",
+            json!({"channel": other, "provider": "claude", "workingDirectories": [work],
+                "config": {"isolation": "worktree"}}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("worktree"));
 }

@@ -51,17 +51,22 @@ impl Task {
                 self.publish(ChannelKind::Chat, a, Some(origin.clone()));
                 Ok(())
             }
-            (ChannelKind::Session, StateAction::SessionConfigChanged(a)) => {
-                let values = a.config.clone();
-                self.configure(PendingConfig {
-                    values,
-                    target: Settings::default(),
-                    origin: Some(origin.clone()),
-                    echo: Some(StateAction::SessionConfigChanged(a)),
-                    reply: None,
-                    for_turn: false,
-                });
-                Ok(())
+            (ChannelKind::Session, StateAction::SessionConfigChanged(mut a)) => {
+                // VS Code's keys, mapped; the echo shows what they became.
+                match config::map_client_keys(&mut a.config) {
+                    Ok(()) => {
+                        self.configure(PendingConfig {
+                            values: a.config.clone(),
+                            target: Settings::default(),
+                            origin: Some(origin.clone()),
+                            echo: Some(StateAction::SessionConfigChanged(a)),
+                            reply: None,
+                            for_turn: false,
+                        });
+                        Ok(())
+                    }
+                    Err(why) => Err(why),
+                }
             }
             (ChannelKind::Session, StateAction::SessionTitleChanged(t)) => {
                 let title = t.title.clone();
