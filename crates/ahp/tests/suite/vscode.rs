@@ -269,6 +269,7 @@ async fn create(c: &mut VsCode, e: &Env, session: &str) -> Value {
         "the computed form: {state}"
     );
     assert_eq!(state["lifecycle"], "ready");
+    assert_eq!(state["chats"][0]["resource"], chat.as_str(), "listed in chats[]");
     assert_eq!(state["activeClients"][0]["clientId"], c.client_id.as_str());
     assert_eq!(
         state["activeClients"][0]["tools"][0]["name"],
