@@ -27,6 +27,8 @@ pub struct SessionListing {
     pub model: Option<String>,
     /// Archived in the host.
     pub archived: bool,
+    /// Marked read by a client.
+    pub read: bool,
     /// Whether claude-host knows it (else it came from the user's own `claude`).
     pub from_host: bool,
     /// Whether it is live in this host now.
@@ -59,6 +61,7 @@ fn entry(id: &str) -> SessionListing {
         modified_at: 0,
         model: None,
         archived: false,
+        read: false,
         from_host: false,
         live: false,
     }
@@ -98,6 +101,7 @@ pub fn merge(
         }
         e.model = r.model;
         e.archived = r.archived;
+        e.read = r.read;
         e.from_host = true;
         e.created_at = r.created_at;
         e.modified_at = e.modified_at.max(r.updated_at);
@@ -155,6 +159,7 @@ mod tests {
             created_at: 5,
             updated_at: 20_000,
             archived: true,
+            read: true,
         };
         let live = Live {
             id: "b".into(),
@@ -166,7 +171,7 @@ mod tests {
         let list = merge(vec![t], vec![r], vec![live]);
         assert_eq!(list.len(), 2);
         assert_eq!(list[0].title, "host title", "newest first");
-        assert!(list[0].archived && list[0].from_host && !list[0].live);
+        assert!(list[0].archived && list[0].read && list[0].from_host && !list[0].live);
         assert_eq!(list[0].modified_at, 20_000);
         assert_eq!(
             list[0].resource, "ahp-session:/a",

@@ -38,6 +38,7 @@ use tokio::sync::broadcast;
 mod status {
     pub const IDLE: u32 = 1;
     pub const IS_ARCHIVED: u32 = 64;
+    pub const IS_READ: u32 = 32;
 }
 
 /// Sessions `listSessions` returns when the client gives no limit (VS Code never pages).
@@ -415,6 +416,9 @@ impl Host {
             .take(limit)
             .map(|l| {
                 let mut st = status::IDLE;
+                if l.read {
+                    st |= status::IS_READ;
+                }
                 if l.archived {
                     st |= status::IS_ARCHIVED;
                 }

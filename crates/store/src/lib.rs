@@ -31,6 +31,8 @@ pub struct SessionRecord {
     pub updated_at: i64,
     /// Hidden from default listings.
     pub archived: bool,
+    /// Marked read by a client.
+    pub read: bool,
 }
 
 /// Store failures.
@@ -83,5 +85,5 @@ pub trait Store: Send + Sync + 'static {
 /// Schema migrations, applied in order; the index + 1 is the schema version.
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_sessions.sql"),
-    include_str!("../migrations/0002_resource.sql"),
+    include_str!("../migrations/0002_resource_and_read.sql"),
 ];

@@ -104,6 +104,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
         created_at: row.try_get("created_at").map_err(q)?,
         updated_at: row.try_get("updated_at").map_err(q)?,
         archived: row.try_get::<i64, _>("archived").map_err(q)? != 0,
+        read: row.try_get::<i64, _>("read").map_err(q)? != 0,
     })
 }
 
@@ -111,9 +112,9 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
 impl Store for SqliteStore {
     async fn put(&self, r: &SessionRecord) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (id) DO UPDATE SET resource = excluded.resource, title = excluded.title, model = excluded.model,
+            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET resource = excluded.resource, read = excluded.read, title = excluded.title, model = excluded.model,
                effort = excluded.effort, permission_mode = excluded.permission_mode, cwd = excluded.cwd,
                updated_at = excluded.updated_at, archived = excluded.archived",
         )
@@ -127,6 +128,7 @@ impl Store for SqliteStore {
         .bind(r.updated_at)
         .bind(i64::from(r.archived))
         .bind(&r.resource)
+        .bind(i64::from(r.read))
         .execute(&self.pool)
         .await
         .map_err(q)?;

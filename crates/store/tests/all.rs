@@ -17,6 +17,7 @@ fn rec(id: &str, updated: i64) -> SessionRecord {
         created_at: 1,
         updated_at: updated,
         archived: false,
+        read: false,
     }
 }
 
@@ -132,9 +133,10 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
     assert_eq!(old.resource, None, "named by the host");
     let mut named = rec("new", 3);
     named.resource = Some("claude:/new".into());
+    named.read = true;
     store.put(&named).await.unwrap();
-    assert_eq!(
-        store.get("new").await.unwrap().unwrap().resource.as_deref(),
-        Some("claude:/new")
-    );
+    let back = store.get("new").await.unwrap().unwrap();
+    assert_eq!(back.resource.as_deref(), Some("claude:/new"));
+    assert!(back.read);
+    assert!(!old.read, "unread until marked");
 }

@@ -58,6 +58,8 @@ pub(crate) mod status {
     pub const ERROR: u32 = 2;
     pub const IN_PROGRESS: u32 = 8;
     pub const INPUT_NEEDED: u32 = 24;
+    pub const IS_READ: u32 = 32;
+    pub const IS_ARCHIVED: u32 = 64;
 }
 
 /// What the model is told when the user says no (VS Code's wording).
@@ -333,10 +335,20 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
     let now = rfc3339_from_millis(now_millis());
     let mut chat = empty_chat(&spec.uris.chat, &spec.title);
     chat.turns = spec.turns;
+    // What the store kept: read and archived.
+    let mut flags = status::IDLE;
+    if let Overlay::Known(Some(r)) = &spec.overlay {
+        if r.read {
+            flags |= status::IS_READ;
+        }
+        if r.archived {
+            flags |= status::IS_ARCHIVED;
+        }
+    }
     let session = SessionState {
         provider: "claude".into(),
         title: spec.title.clone(),
-        status: status::IDLE,
+        status: flags,
         activity: None,
         origin: None,
         project: None,
@@ -433,6 +445,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         abort_grace: spec.abort_grace,
         store: spec.store,
         archived: matches!(&spec.overlay, Overlay::Known(Some(r)) if r.archived),
+        read: matches!(&spec.overlay, Overlay::Known(Some(r)) if r.read),
         overlay: spec.overlay,
         created_at: spec.created_at,
         writer: None,
@@ -574,6 +587,8 @@ struct Task {
     created_at: i64,
     /// Archived by a client (kept in the overlay).
     archived: bool,
+    /// Marked read by a client (kept in the store).
+    read: bool,
     writer: Option<Writer>,
     /// Overlay records handed to the writer so far.
     saved: u64,

@@ -512,6 +512,7 @@ async fn an_unreadable_store_record_is_never_overwritten() {
     let kept = SessionRecord {
         id: id.clone(),
         resource: None,
+        read: false,
         title: Some("Archived long ago".into()),
         model: None,
         effort: None,

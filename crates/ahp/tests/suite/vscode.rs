@@ -269,7 +269,11 @@ async fn create(c: &mut VsCode, e: &Env, session: &str) -> Value {
         "the computed form: {state}"
     );
     assert_eq!(state["lifecycle"], "ready");
-    assert_eq!(state["chats"][0]["resource"], chat.as_str(), "listed in chats[]");
+    assert_eq!(
+        state["chats"][0]["resource"],
+        chat.as_str(),
+        "listed in chats[]"
+    );
     assert_eq!(state["activeClients"][0]["clientId"], c.client_id.as_str());
     assert_eq!(
         state["activeClients"][0]["tools"][0]["name"],
@@ -511,6 +515,14 @@ async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by
     )
     .await;
     c.action("the turn's end", turn_ended(&turn)).await;
+    // Read in VS Code (sent on the session channel).
+    let seq = c
+        .dispatch(
+            &session,
+            json!({"type": "session/isReadChanged", "isRead": true}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
     let last_seen = c.last_seen;
     drop(c);
 
@@ -536,6 +548,12 @@ async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by
         .collect();
     assert_eq!(resources, ["ahp-root://", session.as_str(), chat.as_str()]);
     assert_eq!(snapshots[1]["state"]["defaultChat"], chat.as_str());
+    let is_read = |status: &Value| status.as_u64().unwrap() & 32 != 0;
+    assert!(
+        is_read(&snapshots[1]["state"]["status"]),
+        "still read: {}",
+        snapshots[1]
+    );
     let turns = snapshots[2]["state"]["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1, "{turns:?}");
     assert_eq!(turns[0]["state"], "complete");
@@ -545,14 +563,13 @@ async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by
     let listed = c
         .ok("listSessions", json!({"channel": "ahp-root://"}))
         .await;
-    assert!(
-        listed["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|i| i["resource"] == session.as_str()),
-        "listed under the URI VS Code chose: {listed}"
-    );
+    let item = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["resource"] == session.as_str())
+        .unwrap_or_else(|| panic!("listed under the URI VS Code chose: {listed}"));
+    assert!(is_read(&item["status"]), "{item}");
 }
 
 /// A turn as VS Code starts it, with the model's `thinkingLevel` picked; returns its id.

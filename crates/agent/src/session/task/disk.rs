@@ -156,6 +156,7 @@ impl Task {
             created_at: existing.as_ref().map_or(self.created_at, |r| r.created_at),
             updated_at: now_millis(),
             archived: self.archived,
+            read: self.read,
         };
         self.overlay = Overlay::Known(Some(record.clone()));
         self.saved += 1;

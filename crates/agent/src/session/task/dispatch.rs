@@ -91,10 +91,19 @@ impl Task {
                 self.save();
                 Ok(())
             }
+            (ChannelKind::Session, StateAction::SessionIsReadChanged(x)) => {
+                self.read = x.is_read;
+                self.publish(
+                    ChannelKind::Session,
+                    StateAction::SessionIsReadChanged(x),
+                    Some(origin.clone()),
+                );
+                self.save();
+                Ok(())
+            }
             (
                 ChannelKind::Session,
-                a @ (StateAction::SessionIsReadChanged(_)
-                | StateAction::SessionActiveClientSet(_)
+                a @ (StateAction::SessionActiveClientSet(_)
                 | StateAction::SessionActiveClientRemoved(_)),
             ) => {
                 self.publish(ChannelKind::Session, a, Some(origin.clone()));
