@@ -656,40 +656,36 @@ impl Host {
         to_json(CompletionsResult { items })
     }
 
-    /// A message's prompt with its attachments: files read from the session's folders
-    /// (the same confinement as the resource commands).
-    async fn prompt_content(&self, handle: &SessionHandle, message: &Message) -> Value {
-        use base64::Engine as _;
-        use claude_host_agent::attachments::{self, ReadFile};
+    /// A message's prompt with its attachments: each file read from the session's folders
+    /// (the same confinement as the resource commands), else asked of the client that sent
+    /// it (`resourceRead`; VS Code grants reads of what it attached).
+    async fn prompt_content(
+        &self,
+        handle: &SessionHandle,
+        message: &Message,
+        client: Option<&dyn ClientFiles>,
+    ) -> Value {
+        use claude_host_agent::attachments;
         let uris = attachments::files_to_read(message);
         let mut files = HashMap::new();
         if !uris.is_empty() {
             let roots = Roots::new(&handle.status().working_directories);
             for uri in uris {
-                let read = match &roots {
-                    Ok(roots) => resources::handle(
-                        roots,
-                        "resourceRead",
-                        json!({"channel": handle.resource(), "uri": uri}),
-                    )
-                    .await
-                    .map_err(|e| e.message)
-                    .and_then(|r| {
-                        let r: ResourceReadResult =
-                            serde_json::from_value(r).map_err(|e| e.to_string())?;
-                        let bytes = match r.encoding {
-                            ContentEncoding::Base64 => base64::engine::general_purpose::STANDARD
-                                .decode(r.data.as_bytes())
-                                .map_err(|e| e.to_string())?,
-                            _ => r.data.into_bytes(),
-                        };
-                        Ok(ReadFile {
-                            bytes,
-                            content_type: r.content_type.unwrap_or_else(|| "text/plain".into()),
-                        })
-                    }),
+                let params = json!({"channel": handle.resource(), "uri": uri});
+                let mut read = match &roots {
+                    Ok(roots) => resources::handle(roots, "resourceRead", params.clone())
+                        .await
+                        .map_err(|e| e.message)
+                        .and_then(read_result),
                     Err(e) => Err(e.message.clone()),
                 };
+                if let (Err(here), Some(client)) = (&read, client) {
+                    read = client
+                        .request("resourceRead", params)
+                        .await
+                        .and_then(read_result)
+                        .map_err(|there| format!("{here}; from the client: {there}"));
+                }
                 if let Err(why) = &read {
                     tracing::info!(%uri, %why, "an attached file could not be read");
                 }
@@ -703,7 +699,12 @@ impl Host {
 
     /// A client's `dispatchAction`: handed to the session that owns the channel, which
     /// echoes it with its origin (or a rejection reason) in order with everything else.
-    pub(crate) async fn dispatch(&self, client_id: &str, params: &Value) {
+    pub(crate) async fn dispatch(
+        &self,
+        client_id: &str,
+        params: &Value,
+        client: Option<&dyn ClientFiles>,
+    ) {
         let channel = params["channel"].as_str().unwrap_or("").to_owned();
         let client_seq = params["clientSeq"].as_i64().unwrap_or(0);
         let origin = ActionOrigin {
@@ -740,7 +741,7 @@ impl Host {
                             .as_ref()
                             .is_some_and(|v| !v.is_empty()) =>
                     {
-                        Some(self.prompt_content(&handle, &a.message).await)
+                        Some(self.prompt_content(&handle, &a.message, client).await)
                     }
                     _ => None,
                 };
@@ -864,4 +865,27 @@ fn publish_count(agent: &Agent, root: &RootChannel) {
         None,
         None,
     );
+}
+
+/// A `resourceRead` answer (`{data, encoding, contentType}`) as the bytes of a file.
+fn read_result(result: Value) -> Result<claude_host_agent::attachments::ReadFile, String> {
+    use base64::Engine as _;
+    let r: ResourceReadResult = serde_json::from_value(result).map_err(|e| e.to_string())?;
+    let bytes = match r.encoding {
+        ContentEncoding::Base64 => base64::engine::general_purpose::STANDARD
+            .decode(r.data.as_bytes())
+            .map_err(|e| e.to_string())?,
+        ContentEncoding::Utf8 => r.data.into_bytes(),
+    };
+    Ok(claude_host_agent::attachments::ReadFile {
+        bytes,
+        content_type: r.content_type.unwrap_or_else(|| "text/plain".into()),
+    })
+}
+
+/// Requests to the client a dispatched action came from (server→client JSON-RPC).
+#[async_trait::async_trait]
+pub(crate) trait ClientFiles: Send + Sync {
+    /// Sends request `method` and waits for its result (an error as its message).
+    async fn request(&self, method: &str, params: Value) -> Result<Value, String>;
 }

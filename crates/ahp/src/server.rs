@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, broadcast, mpsc, watch};
+use tokio::sync::{Semaphore, broadcast, mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -181,6 +181,10 @@ struct Conn {
     // The root forwarder, to wait for its end when the root is subscribed again; swapped or
     // taken in one operation, never held across an await.
     root_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    // Requests this server sent the client, by id, until their answer comes; one insert or
+    // removal at a time, never held across an await.
+    asked: Mutex<HashMap<String, oneshot::Sender<Result<Value, String>>>>,
+    next_ask: std::sync::atomic::AtomicU64,
     pending: Arc<Semaphore>,
     max_pending: usize,
 }
@@ -296,6 +300,55 @@ async fn forward_notifications(conn: &Conn, rx: broadcast::Receiver<Arc<str>>) {
     forward_broadcast(conn, rx, "session-list notifications", |f| f).await;
 }
 
+/// How long the client has to answer a request this server sent.
+const CLIENT_ANSWER: Duration = Duration::from_secs(30);
+
+impl Conn {
+    /// Routes the client's answer to the request waiting for it.
+    fn answered(&self, msg: &Value) {
+        let id = match &msg["id"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let Some(waiting) = lock(&self.asked).remove(&id) else {
+            tracing::debug!(%id, "an answer to no request of this server");
+            return;
+        };
+        let answer = match msg.get("error") {
+            Some(e) => Err(e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the client refused")
+                .to_owned()),
+            None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+        };
+        let _ = waiting.send(answer);
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::host::ClientFiles for Conn {
+    async fn request(&self, method: &str, params: Value) -> Result<Value, String> {
+        let n = self.next_ask.fetch_add(1, Ordering::Relaxed);
+        // Its own id space, so an answer can never be taken for one of the client's ids.
+        let id = format!("claude-host-{n}");
+        let (tx, rx) = oneshot::channel();
+        lock(&self.asked).insert(id.clone(), tx);
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if !self.send(frame.to_string().into()) {
+            lock(&self.asked).remove(&id);
+            return Err("the connection is closing".into());
+        }
+        let answer = tokio::time::timeout(CLIENT_ANSWER, rx).await;
+        lock(&self.asked).remove(&id);
+        match answer {
+            Ok(Ok(a)) => a,
+            Ok(Err(_)) => Err("the connection closed".into()),
+            Err(_) => Err(format!("no answer within {} s", CLIENT_ANSWER.as_secs())),
+        }
+    }
+}
+
 impl Drop for Conn {
     fn drop(&mut self) {
         for (_, t) in lock(&self.forwarders).drain() {
@@ -349,6 +402,8 @@ async fn connection(
         forwarders: Mutex::new(HashMap::new()),
         feeds: Mutex::new(HashMap::new()),
         root_task: Mutex::new(None),
+        asked: Mutex::new(HashMap::new()),
+        next_ask: std::sync::atomic::AtomicU64::new(0),
         pending: Arc::new(Semaphore::new(config.max_pending_requests.max(1))),
         max_pending: config.max_pending_requests.max(1),
     });
@@ -356,7 +411,8 @@ async fn connection(
         let (host, conn) = (host.clone(), conn.clone());
         tokio::spawn(async move {
             while let Some(params) = dispatch_rx.recv().await {
-                host.dispatch(&conn.client_id(), &params).await;
+                host.dispatch(&conn.client_id(), &params, Some(&*conn))
+                    .await;
             }
         })
     };
@@ -437,7 +493,8 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
     }
     let Some(method) = obj.get("method").and_then(Value::as_str) else {
         if obj.contains_key("result") || obj.contains_key("error") {
-            // A response to a server request; this server sends none.
+            // The answer to a request this server sent.
+            conn.answered(&msg);
             return;
         }
         return invalid("a request needs a `method` string");
@@ -816,6 +873,8 @@ mod tests {
                 forwarders: Mutex::new(HashMap::new()),
                 feeds: Mutex::new(HashMap::new()),
                 root_task: Mutex::new(None),
+                asked: Mutex::new(HashMap::new()),
+                next_ask: std::sync::atomic::AtomicU64::new(0),
                 pending: Arc::new(Semaphore::new(1)),
                 max_pending: 1,
             },

@@ -30,6 +30,8 @@ struct VsCode {
     actions: Vec<Value>,
     /// Every other notification received.
     notes: Vec<Value>,
+    /// Files this client has (URI → content), served to the host's `resourceRead`.
+    files: HashMap<String, Vec<u8>>,
 }
 
 impl VsCode {
@@ -43,6 +45,7 @@ impl VsCode {
             last_per_channel: HashMap::new(),
             actions: Vec::new(),
             notes: Vec::new(),
+            files: HashMap::new(),
         }
     }
 
@@ -63,6 +66,27 @@ impl VsCode {
                 .unwrap();
             let Message::Text(t) = msg else { continue };
             let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if let (Some(method), Some(id)) = (v["method"].as_str(), v.get("id")) {
+                // A request of the host: VS Code answers `resourceRead` from its own files.
+                let answer = match (
+                    method,
+                    self.files.get(v["params"]["uri"].as_str().unwrap_or("")),
+                ) {
+                    ("resourceRead", Some(bytes)) => {
+                        use base64::Engine as _;
+                        json!({"jsonrpc": "2.0", "id": id, "result": {
+                            "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+                            "encoding": "base64"}})
+                    }
+                    ("resourceRead", None) => json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32008, "message": "file not found"}}),
+                    _ => json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32000, "message": "unhandled"}}),
+                };
+                self.send(answer).await;
+                self.notes.push(v.clone());
+                return v;
+            }
             match v["method"].as_str() {
                 Some("action") => {
                     let seq = v["params"]["serverSeq"].as_u64().unwrap();
@@ -572,16 +596,36 @@ async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by
     assert!(is_read(&item["status"]), "{item}");
 }
 
+/// A window through VS Code's start with a new `claude:/` session: the client, a model id,
+/// and the session's default chat.
+async fn session_ready(e: &Env) -> (VsCode, String, String) {
+    let (mut c, _) = vs_code(e, &uuid::Uuid::new_v4().to_string()).await;
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    (c, model, chat)
+}
+
 /// A turn as VS Code starts it, with the model's `thinkingLevel` picked; returns its id.
 async fn start_turn(c: &mut VsCode, chat: &str, text: &str, model: &str) -> String {
+    start_turn_with(
+        c,
+        chat,
+        json!({"text": text, "origin": {"kind": "user"},
+            "model": {"id": model, "config": {"thinkingLevel": "high"}}}),
+    )
+    .await
+}
+
+/// A turn with `message` as VS Code sends it, taken (echoed without a rejection); its id.
+async fn start_turn_with(c: &mut VsCode, chat: &str, message: Value) -> String {
     let turn = request_id();
     let seq = c
         .dispatch(
             chat,
             json!({"type": "chat/turnStarted", "turnId": turn,
-                "startedAt": "2026-05-01T10:01:00.000Z",
-                "message": {"text": text, "origin": {"kind": "user"},
-                    "model": {"id": model, "config": {"thinkingLevel": "high"}}}}),
+                "startedAt": "2026-05-01T10:01:00.000Z", "message": message}),
         )
         .await;
     let echo = c.echo(seq).await;
@@ -620,11 +664,7 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
     e.fake
         .push(rule(Match::LastUserContains("endless".into()), held_cancel));
     answer_always(&e, "Done.");
-    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
-    let model = a_model(&mut c).await;
-    let session = format!("claude:/{}", uuid::Uuid::new_v4());
-    create(&mut c, &e, &session).await;
-    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let (mut c, model, chat) = session_ready(&e).await;
 
     // A Bash call: a terminal card with the command in `toolInput`, confirmed by the user.
     let turn = start_turn(&mut c, &chat, "Please run the tests", &model).await;
@@ -777,19 +817,12 @@ async fn a_turn_with_a_file_selection_and_a_pasted_image_reaches_claude_whole() 
         "line one\nexport function failing() {\n  return 41;\n}\nline five\n",
     )
     .unwrap();
-    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
-    let model = a_model(&mut c).await;
-    let session = format!("claude:/{}", uuid::Uuid::new_v4());
-    create(&mut c, &e, &session).await;
-    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let (mut c, model, chat) = session_ready(&e).await;
     let uri = claude_host_protocol::uri::file_uri(&file);
-    let turn = request_id();
-    let seq = c
-        .dispatch(
-            &chat,
-            json!({"type": "chat/turnStarted", "turnId": turn,
-                "startedAt": "2026-05-01T10:01:00.000Z",
-                "message": {"text": "Fix the failing test in #file:foo.ts", "origin": {"kind": "user"},
+    let turn = start_turn_with(
+        &mut c,
+        &chat,
+        json!({"text": "Fix the failing test in #file:foo.ts", "origin": {"kind": "user"},
                     "attachments": [
                         {"type": "resource", "uri": uri, "label": "foo.ts", "displayKind": "selection",
                          "selection": {"range": {"start": {"line": 1, "character": 0},
@@ -798,10 +831,9 @@ async fn a_turn_with_a_file_selection_and_a_pasted_image_reaches_claude_whole() 
                          "data": PNG, "contentType": "image/png"},
                         {"type": "simple", "label": "Workspace", "displayKind": "workspace",
                          "modelRepresentation": "The workspace is a TypeScript project."}],
-                    "model": {"id": model, "config": {"thinkingLevel": "high"}}}}),
-        )
-        .await;
-    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+                    "model": {"id": model, "config": {"thinkingLevel": "high"}}}),
+    )
+    .await;
     let end = c.action("the turn's end", turn_ended(&turn)).await;
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
     // What Claude Code sent upstream: the selected lines, the image, the workspace note.
@@ -985,4 +1017,43 @@ async fn vs_codes_session_config_keys_map_onto_permission_modes_or_are_refused_w
         .await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert!(r["error"]["message"].as_str().unwrap().contains("worktree"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_only_the_client_has_is_read_from_the_client() {
+    let e = env().await;
+    answer_always(&e, "Noted.");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let mine = "file:///home/me/notes/plan.md";
+    c.files.insert(
+        mine.into(),
+        b"Client-side notes: the answer is 42.\n".to_vec(),
+    );
+    let nowhere = "file:///home/me/notes/missing.md";
+    let turn = start_turn_with(
+        &mut c,
+        &chat,
+        json!({"text": "Read my notes", "origin": {"kind": "user"},
+                    "attachments": [
+                        {"type": "resource", "uri": mine, "label": "plan.md", "displayKind": "document"},
+                        {"type": "resource", "uri": nowhere, "label": "missing.md", "displayKind": "document"}],
+                    "model": {"id": model}}),
+    )
+    .await;
+    c.action("the turn's end", turn_ended(&turn)).await;
+    let asked: Vec<&str> = c
+        .notes
+        .iter()
+        .filter(|n| n["method"] == "resourceRead")
+        .map(|n| n["params"]["uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        asked,
+        [mine, nowhere],
+        "asked the client for what the host lacks"
+    );
+    let sent = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(sent.contains("the answer is 42"), "{sent}");
+    assert!(sent.contains("missing.md could not be read"), "{sent}");
+    assert!(sent.contains("from the client: file not found"), "{sent}");
 }
