@@ -118,6 +118,10 @@ pub struct Host {
     // (after a restart) gets -32008 so the client initializes again. One insert or lookup
     // per handshake, never held across an await.
     clients: std::sync::Mutex<std::collections::HashSet<String>>,
+    // Sessions being created, by session id: a `subscribe` that overtakes its
+    // `createSession` waits for it instead of finding nothing. One insert or removal at a
+    // time, never held across an await.
+    creating: std::sync::Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>,
 }
 
 impl Host {
@@ -149,6 +153,7 @@ impl Host {
             notifications,
             notice_pump,
             clients: std::sync::Mutex::default(),
+            creating: std::sync::Mutex::default(),
         })
     }
 
@@ -190,6 +195,18 @@ impl Host {
     pub(crate) async fn target(&self, uri: &str) -> Result<Target, RpcError> {
         if uri == ROOT {
             return Ok(Target::Root);
+        }
+        if let Some((id, _)) = claude_host_agent::session_id_of(uri) {
+            let pending = self
+                .creating
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&id)
+                .cloned();
+            if let Some(mut created) = pending.map(|tx| tx.subscribe()) {
+                // Its `createSession` is under way: answer once it is done, either way.
+                let _ = created.wait_for(|done| *done).await;
+            }
         }
         let Some((id, kind)) = self.agent.resolve(uri) else {
             return Err(RpcError::new(
@@ -303,8 +320,25 @@ impl Host {
         Ok((result, subs))
     }
 
+    /// Notes a `createSession` as it is read, before it runs: a `subscribe` read after it
+    /// waits for it (VS Code may send both at once).
+    pub(crate) fn announce_create(&self, params: &Value) {
+        if let Some(id) = creating_id(params) {
+            self.creating
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(id, tokio::sync::watch::channel(false).0);
+        }
+    }
+
     /// `createSession`: a provisional Claude session with its default chat.
     pub(crate) async fn create_session(&self, params: &Value) -> Result<Value, RpcError> {
+        // Done however it ends (a panic too), so no `subscribe` waits forever.
+        let _done = creating_id(params).map(|id| Created { host: self, id });
+        self.create_session_now(params).await
+    }
+
+    async fn create_session_now(&self, params: &Value) -> Result<Value, RpcError> {
         let p: ahp_types::commands::CreateSessionParams = parse(params)?;
         if let Some(provider) = p.provider.as_deref().filter(|p| *p != "claude") {
             return Err(RpcError::new(
@@ -888,4 +922,30 @@ fn read_result(result: Value) -> Result<claude_host_agent::attachments::ReadFile
 pub(crate) trait ClientFiles: Send + Sync {
     /// Sends request `method` and waits for its result (an error as its message).
     async fn request(&self, method: &str, params: Value) -> Result<Value, String>;
+}
+
+/// The session id a `createSession` names.
+fn creating_id(params: &Value) -> Option<String> {
+    let channel = params.get("channel").and_then(Value::as_str)?;
+    claude_host_protocol::uri::session_uri_id(channel).map(str::to_owned)
+}
+
+/// Marks an announced `createSession` done when dropped.
+struct Created<'a> {
+    host: &'a Host,
+    id: String,
+}
+
+impl Drop for Created<'_> {
+    fn drop(&mut self) {
+        let announced = self
+            .host
+            .creating
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.id);
+        if let Some(tx) = announced {
+            let _ = tx.send(true);
+        }
+    }
 }

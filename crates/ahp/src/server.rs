@@ -559,6 +559,9 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
                 drop(permit);
                 return;
             }
+            if method == "createSession" {
+                host.announce_create(&params);
+            }
             let (host, conn, method) = (host.clone(), conn.clone(), method.to_owned());
             tokio::spawn(async move {
                 // A failure inside a handler still gets an answer, so the client never waits

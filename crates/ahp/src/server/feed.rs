@@ -58,11 +58,26 @@ impl Conn {
         kind: ChannelKind,
         id: &Value,
     ) {
-        let existing = lock(&self.feeds)
-            .get(&key(handle.id()))
-            .filter(|tx| !tx.is_closed())
-            .cloned();
-        let tx = existing.unwrap_or_else(|| self.start_feed(handle, None, HashMap::new()));
+        // Looked up and, if need be, started under one hold of the lock: two subscriptions
+        // racing must share one feed, not replace each other's.
+        let tx = {
+            let mut feeds = lock(&self.feeds);
+            let key = key(handle.id());
+            match feeds.get(&key).filter(|tx| !tx.is_closed()) {
+                Some(tx) => tx.clone(),
+                None => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    let task = tokio::spawn(run(self.clone(), handle, None, HashMap::new(), rx));
+                    if let Some(old) =
+                        lock(&self.forwarders).insert(key.clone(), task.abort_handle())
+                    {
+                        old.abort();
+                    }
+                    feeds.insert(key, tx.clone());
+                    tx
+                }
+            }
+        };
         let cmd = FeedCmd::Subscribe {
             uri: uri.to_owned(),
             kind,

@@ -1057,3 +1057,54 @@ async fn a_file_only_the_client_has_is_read_from_the_client() {
     assert!(sent.contains("missing.md could not be read"), "{sent}");
     assert!(sent.contains("from the client: file not found"), "{sent}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribes_sent_with_their_create_session_wait_for_it() {
+    let e = env().await;
+    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    let work = claude_host_protocol::uri::file_uri(&e.work());
+    for round in 0..5 {
+        let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
+        let chat = claude_host_protocol::uri::default_chat_uri(&session);
+        // All three frames at once, as a client that does not wait for the create.
+        let base = 1000 * (round + 1);
+        c.send(
+            json!({"jsonrpc": "2.0", "id": base, "method": "createSession",
+            "params": {"channel": session, "provider": "claude", "workingDirectories": [work]}}),
+        )
+        .await;
+        c.send(
+            json!({"jsonrpc": "2.0", "id": base + 1, "method": "subscribe",
+            "params": {"channel": session}}),
+        )
+        .await;
+        c.send(
+            json!({"jsonrpc": "2.0", "id": base + 2, "method": "subscribe",
+            "params": {"channel": chat}}),
+        )
+        .await;
+        let mut answers = HashMap::new();
+        while answers.len() < 3 {
+            let v = c.read().await;
+            if let Some(id) = v["id"].as_i64().filter(|i| (base..base + 3).contains(i)) {
+                answers.insert(id, v);
+            }
+        }
+        assert_eq!(
+            answers[&base]["result"],
+            Value::Null,
+            "{:?}",
+            answers[&base]
+        );
+        assert_eq!(
+            answers[&(base + 1)]["result"]["snapshot"]["resource"],
+            session.as_str(),
+            "{:?}",
+            answers[&(base + 1)]
+        );
+        assert_eq!(
+            answers[&(base + 2)]["result"]["snapshot"]["resource"],
+            chat.as_str()
+        );
+    }
+}
