@@ -402,6 +402,7 @@ impl Agent {
             idle_eviction,
             notices: self.notices.clone(),
             live_tasks: self.live_tasks.clone(),
+            prompts: self.models.prompts(),
         }
     }
 

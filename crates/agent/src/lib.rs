@@ -24,7 +24,9 @@ pub use agent::{
     default_uris, session_id_of, uris_for,
 };
 pub use listing::SessionListing;
-pub use models::{GITHUB_RESOURCE, ModelAccess, ProxyEndpoint, ProxyModels, UpstreamFactory};
+pub use models::{
+    GITHUB_RESOURCE, ModelAccess, PromptReporter, ProxyEndpoint, ProxyModels, UpstreamFactory,
+};
 pub use outbox::{Published, Sequence};
 pub use session::{
     ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionEvent,

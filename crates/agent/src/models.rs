@@ -34,6 +34,25 @@ impl std::fmt::Debug for ProxyEndpoint {
     }
 }
 
+/// Tells the model edge which of a session's requests a human started: Copilot bills a
+/// premium request for each (`X-Initiator: user`), and only the host knows for sure.
+pub trait PromptReporter: Send + Sync + std::fmt::Debug + 'static {
+    /// The host is about to hand `session_id`'s CLI a message a human wrote.
+    fn human_message(&self, session_id: &str);
+    /// `session_id`'s turn ended; a human message no request carried is dropped.
+    fn turn_ended(&self, session_id: &str);
+}
+
+impl PromptReporter for claude_host_proxy::PromptLedger {
+    fn human_message(&self, session_id: &str) {
+        self.note_prompt(session_id);
+    }
+
+    fn turn_ended(&self, session_id: &str) {
+        self.end_turn(session_id);
+    }
+}
+
 /// The model edge of the agent.
 #[async_trait]
 pub trait ModelAccess: Send + Sync + 'static {
@@ -48,6 +67,10 @@ pub trait ModelAccess: Send + Sync + 'static {
     async fn authenticate(&self, resource: &str, token: &str) -> Result<bool, AgentError>;
     /// Stops what this edge runs (the proxy), after every session is gone.
     async fn shutdown(&self);
+    /// Where sessions report their human messages (`None`: nobody counts them).
+    fn prompts(&self) -> Option<Arc<dyn PromptReporter>> {
+        None
+    }
 }
 
 /// Builds the model upstream for a GitHub token (tests point it at the fake).
@@ -147,6 +170,10 @@ pub fn auth_required() -> AgentError {
 #[async_trait]
 impl ModelAccess for ProxyModels {
     fn endpoint(&self, session_id: &str) -> Result<ProxyEndpoint, AgentError> {
+        // The host writes this session's prompts and reports each one (see `prompts`).
+        self.proxy
+            .prompt_ledger()
+            .set_source(session_id, claude_host_proxy::PromptSource::Host);
         // Given out signed in or not: a restored session shows its history before a client
         // signs in, and its CLI gets 401s from the proxy until one does.
         Ok(ProxyEndpoint {
@@ -201,6 +228,10 @@ impl ModelAccess for ProxyModels {
 
     async fn shutdown(&self) {
         self.proxy.shutdown().await;
+    }
+
+    fn prompts(&self) -> Option<Arc<dyn PromptReporter>> {
+        Some(Arc::new(self.proxy.prompt_ledger()))
     }
 }
 

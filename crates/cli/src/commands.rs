@@ -182,11 +182,16 @@ pub(crate) fn logout(ctx: &Context) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
+    let requests = crate::usage::totals(&ctx.home);
     let Some(token) = ctx.github_token()? else {
         if as_json {
-            println!("{}", json!({"signed_in": false}));
+            println!(
+                "{}",
+                json!({"signed_in": false, "requests": requests_json(&requests)})
+            );
         } else {
             println!("Not signed in. Run `claude-host login`.");
+            print_requests(&requests);
         }
         return Ok(ExitCode::from(1));
     };
@@ -221,6 +226,7 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             Err(e) => json!({"valid": false, "error": e.to_string()}),
         },
         "errors": errors,
+        "requests": requests_json(&requests),
     });
     if as_json {
         println!("{report}");
@@ -266,12 +272,52 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             ),
             Err(e) => println!("Copilot token: {e}"),
         }
+        print_requests(&requests);
     }
     Ok(if minted.is_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The recorded requests: totals and per session, for `status --json`.
+fn requests_json(sessions: &[crate::usage::SessionTotals]) -> serde_json::Value {
+    json!({
+        "user": sessions.iter().map(|s| s.user).sum::<u64>(),
+        "agent": sessions.iter().map(|s| s.agent).sum::<u64>(),
+        "sessions": sessions,
+    })
+}
+
+/// How many requests went out as the user's (premium requests) and as the agent's.
+fn print_requests(sessions: &[crate::usage::SessionTotals]) {
+    const SHOWN: usize = 10;
+    if sessions.is_empty() {
+        println!("Requests through claude-host: none recorded yet");
+        return;
+    }
+    let user: u64 = sessions.iter().map(|s| s.user).sum();
+    let agent: u64 = sessions.iter().map(|s| s.agent).sum();
+    println!(
+        "Requests through claude-host (last 30 days): {user} by you (premium requests), {agent} by the agent, in {} sessions",
+        sessions.len()
+    );
+    for s in sessions.iter().take(SHOWN) {
+        println!(
+            "  {}  {} by you, {} by the agent, last {}",
+            s.session,
+            s.user,
+            s.agent,
+            claude_host_protocol::time::rfc3339_from_millis(s.last_at)
+        );
+    }
+    if sessions.len() > SHOWN {
+        println!(
+            "  … {} more (status --json lists all)",
+            sessions.len() - SHOWN
+        );
+    }
 }
 
 pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
@@ -339,6 +385,7 @@ pub(crate) async fn proxy(ctx: &Context, args: ProxyArgs) -> anyhow::Result<Exit
         (None, port) => SocketAddr::from(([127, 0, 0, 1], port.unwrap_or(0))),
     };
     let (handle, upstream) = start_proxy(ctx, args.tuning.config(listen)?).await?;
+    let _usage = crate::usage::UsageRecorder::start(&ctx.home, handle.prompt_ledger(), "proxy");
     let session = format!("proxy-{}", &uuid_simple()[..12]);
     let token = handle.auth_token(&session);
     if args.json {
@@ -384,7 +431,25 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
     )
     .await?;
     let session = uuid_simple();
+    let usage = crate::usage::UsageRecorder::start(&ctx.home, handle.prompt_ledger(), "claude");
     let mut cmd = tokio::process::Command::new(&cli.path);
+    // The CLI takes the last `--settings` only: when the user passes one, the prompt hook
+    // would replace it, so the proxy goes by the request's shape instead.
+    if args.args.iter().any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == "--settings" || a.starts_with("--settings="))
+    }) {
+        tracing::info!("--settings given: premium requests are told by the request's shape");
+    } else {
+        cmd.arg("--settings").arg(prompt_hook_settings());
+        handle
+            .prompt_ledger()
+            .set_source(&session, claude_host_proxy::PromptSource::Hook);
+    }
+    if cli.origin == claude_host_sdk::find::Origin::Pinned {
+        // The pinned install is claude-host's; its updater would install a global copy.
+        cmd.env("DISABLE_AUTOUPDATER", "1");
+    }
     cmd.args(&args.args)
         .env("ANTHROPIC_BASE_URL", handle.base_url())
         .env("ANTHROPIC_AUTH_TOKEN", handle.auth_token(&session))
@@ -416,12 +481,24 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
         }
     };
     handle.shutdown().await;
+    drop(usage);
     use std::os::unix::process::ExitStatusExt;
     let code = status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1);
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// Settings with a `UserPromptSubmit` hook that marks every prompt the user types, so the
+/// proxy can tell the one request that carries it (billed as a premium request) from every
+/// request Claude Code sends on its own. The proxy strips the marker before forwarding.
+fn prompt_hook_settings() -> String {
+    json!({"hooks": {"UserPromptSubmit": [{"hooks": [{
+        "type": "command",
+        "command": format!("printf %s {}", claude_host_protocol::request_kind::PROMPT_MARKER),
+    }]}]}})
+    .to_string()
 }
 
 #[allow(unsafe_code)]

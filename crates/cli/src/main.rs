@@ -5,6 +5,7 @@ mod run;
 mod serve;
 mod sessions;
 mod setup;
+mod usage;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -125,10 +125,15 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
     } else {
         Some(ctx.upstream()?)
     };
-    let agent = Arc::new(
-        crate::setup::build_agent(ctx, cwd.clone(), args.allow_bypass_permissions, upstream)
-            .await?,
-    );
+    let (agent, _usage) = crate::setup::build_agent(
+        ctx,
+        cwd.clone(),
+        args.allow_bypass_permissions,
+        upstream,
+        "serve",
+    )
+    .await?;
+    let agent = Arc::new(agent);
     if ctx.opts.upstream == "copilot"
         && let Some(t) = ctx.github_token()?
         && let Err(e) = agent.authenticate(GITHUB_RESOURCE, &t.token).await

@@ -234,7 +234,8 @@ pub(crate) async fn build_agent(
     cwd: PathBuf,
     allow_bypass_permissions: bool,
     upstream: Option<Arc<dyn Upstream>>,
-) -> anyhow::Result<claude_host_agent::Agent> {
+    command: &str,
+) -> anyhow::Result<(claude_host_agent::Agent, crate::usage::UsageRecorder)> {
     let cli = claude_host_sdk::find::locate(
         ctx.opts.claude_path.as_deref(),
         &ctx.home,
@@ -251,6 +252,7 @@ pub(crate) async fn build_agent(
     )
     .await
     .context("cannot start the model proxy")?;
+    let usage = crate::usage::UsageRecorder::start(&ctx.home, proxy.prompt_ledger(), command);
     let factory: Arc<dyn claude_host_agent::UpstreamFactory> = Arc::new(ctx.upstream_factory()?);
     let models = match upstream {
         Some(u) => claude_host_agent::ProxyModels::with_upstream(proxy, u, Some(factory)),
@@ -259,9 +261,8 @@ pub(crate) async fn build_agent(
     let mut config = claude_host_agent::AgentConfig::new(cli.path, cwd);
     config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     config.allow_bypass_permissions = allow_bypass_permissions;
-    Ok(claude_host_agent::Agent::new(
-        config,
-        Arc::new(models),
-        Some(store),
+    Ok((
+        claude_host_agent::Agent::new(config, Arc::new(models), Some(store)),
+        usage,
     ))
 }

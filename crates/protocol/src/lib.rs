@@ -11,6 +11,7 @@ pub mod frames;
 pub mod messages;
 pub mod model_id;
 pub mod models;
+pub mod request_kind;
 pub mod sse;
 pub mod stream_json;
 pub mod time;

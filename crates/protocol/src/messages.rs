@@ -3,6 +3,7 @@
 //! The body is kept as a map of top-level keys to raw JSON, in the client's order, so that a
 //! forwarded request is byte-identical to what the client sent except for the `model` value.
 
+use crate::request_kind::{Classified, classify};
 use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -65,8 +66,8 @@ pub struct MessagesRequest {
     pub model: String,
     /// `stream: true`.
     pub stream: bool,
-    /// Who initiated the request.
-    pub initiator: Initiator,
+    /// What the request is for, and whether it carries the prompt hook's marker.
+    pub classified: Classified,
     /// Number of entries in `messages`.
     pub message_count: usize,
     /// Whether any message carries an image (Copilot wants `copilot-vision-request` then).
@@ -76,15 +77,7 @@ pub struct MessagesRequest {
 #[derive(Deserialize)]
 struct MessagePeek<'a> {
     #[serde(borrow, default)]
-    role: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow, default)]
     content: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct BlockPeek<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Option<std::borrow::Cow<'a, str>>,
 }
 
 impl MessagesRequest {
@@ -109,7 +102,13 @@ impl MessagesRequest {
         let stream = fields
             .get("stream")
             .is_some_and(|v| v.get().trim() == "true");
-        let initiator = initiator_of(&messages);
+        let classified = classify(
+            body,
+            &messages,
+            fields.get("system").map(|v| &**v),
+            fields.get("tools").map(|v| &**v),
+            fields.get("max_tokens").map(|v| &**v),
+        );
         let message_count = messages.len();
         // Most requests have no image anywhere: one byte search settles those.
         let has_images = memchr::memmem::find(body, b"\"image\"").is_some()
@@ -123,7 +122,7 @@ impl MessagesRequest {
             fields,
             model,
             stream,
-            initiator,
+            classified,
             message_count,
             has_images,
         })
@@ -175,36 +174,6 @@ fn has_image(content: &RawValue) -> bool {
         Some("tool_result") => b.content.is_some_and(has_image),
         _ => false,
     })
-}
-
-fn initiator_of(messages: &[&RawValue]) -> Initiator {
-    for m in messages.iter().rev() {
-        let Ok(peek) = serde_json::from_str::<MessagePeek>(m.get()) else {
-            return Initiator::Agent;
-        };
-        match peek.role.as_deref() {
-            // Claude Code interleaves `role:"system"` messages; they say nothing about who asked.
-            Some("system") => continue,
-            Some("user") => {
-                let Some(content) = peek.content else {
-                    return Initiator::User;
-                };
-                if content.get().trim_start().starts_with('[') {
-                    let blocks: Vec<BlockPeek> =
-                        serde_json::from_str(content.get()).unwrap_or_default();
-                    if blocks
-                        .iter()
-                        .any(|b| b.kind.as_deref() == Some("tool_result"))
-                    {
-                        return Initiator::Agent;
-                    }
-                }
-                return Initiator::User;
-            }
-            _ => return Initiator::Agent,
-        }
-    }
-    Initiator::Agent
 }
 
 /// The text of the last `role:"user"` message (text blocks, tool-result text, or string
@@ -308,30 +277,24 @@ mod tests {
     }
 
     #[test]
-    fn initiator_rules() {
-        let init = |msgs: &str| {
+    fn the_kind_is_read_with_the_body() {
+        let kind = |msgs: &str| {
             MessagesRequest::parse(format!(r#"{{"model":"m","messages":{msgs}}}"#).as_bytes())
                 .unwrap()
-                .initiator
+                .classified
+                .kind
         };
-        assert_eq!(init(r#"[{"role":"user","content":"hi"}]"#), Initiator::User);
+        use crate::request_kind::RequestKind;
         assert_eq!(
-            init(
-                r#"[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"env"}]"#
+            kind(r#"[{"role":"user","content":"hi"}]"#),
+            RequestKind::Prompt
+        );
+        assert_eq!(
+            kind(
+                r#"[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"}]}]"#
             ),
-            Initiator::User
+            RequestKind::ToolResult
         );
-        assert_eq!(
-            init(
-                r#"[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Bash","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"},{"type":"text","text":"<system-reminder>x</system-reminder>"}]}]"#
-            ),
-            Initiator::Agent
-        );
-        assert_eq!(
-            init(r#"[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]"#),
-            Initiator::Agent
-        );
-        assert_eq!(init("[]"), Initiator::Agent);
     }
 
     #[test]

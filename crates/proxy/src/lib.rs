@@ -7,10 +7,12 @@
 //! they arrive, with only `message_start.message.model` rewritten.
 
 mod auth;
+mod initiator;
 mod relay;
 mod routes;
 
 pub use auth::Nonce;
+pub use initiator::{PromptLedger, PromptSource, SessionUsage};
 
 use claude_host_protocol::betas::DEFAULT_BETA_FAMILIES;
 use claude_host_upstream::Upstream;
@@ -74,6 +76,7 @@ pub(crate) struct State {
     pub(crate) nonce: Nonce,
     pub(crate) allowed_hosts: Vec<String>,
     upstream: RwLock<Arc<dyn Upstream>>,
+    pub(crate) ledger: Arc<initiator::Ledger>,
 }
 
 impl State {
@@ -181,6 +184,12 @@ impl ProxyHandle {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = upstream;
     }
 
+    /// How this proxy learns which requests a human started, per session (see
+    /// [`PromptLedger`]).
+    pub fn prompt_ledger(&self) -> PromptLedger {
+        PromptLedger(self.state.ledger.clone())
+    }
+
     /// Stops accepting, aborts every in-flight upstream request and closes every connection.
     pub async fn shutdown(&self) {
         self.cancel.cancel();
@@ -215,6 +224,7 @@ pub async fn start(
         active: std::sync::atomic::AtomicUsize::new(0),
         trim_scheduled: std::sync::atomic::AtomicBool::new(false),
         upstream: RwLock::new(upstream),
+        ledger: Arc::new(initiator::Ledger::new()),
     });
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();

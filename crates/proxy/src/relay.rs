@@ -5,6 +5,8 @@
 use crate::ProxyConfig;
 use bytes::{Bytes, BytesMut};
 use claude_host_protocol::error::{ErrorEnvelope, ErrorKind, status_for_error_type};
+use claude_host_protocol::messages::Initiator;
+use claude_host_protocol::request_kind::RequestKind;
 use claude_host_protocol::sse::{event_data, event_name, find_event_end, format_event};
 use claude_host_upstream::UpstreamError;
 use futures::Stream;
@@ -19,12 +21,21 @@ use std::time::{Duration, Instant};
 const PING: &[u8] = b"event: ping\ndata: {\"type\": \"ping\"}\n\n";
 
 /// One log line per request, written when the request ends however it ends.
+/// How a request was billed, for its log line.
+pub(crate) struct Billing {
+    pub(crate) initiator: Initiator,
+    pub(crate) kind: RequestKind,
+    /// The session's counts including this request: (user, agent).
+    pub(crate) counts: (u64, u64),
+}
+
 pub(crate) struct RequestLog {
     _active: crate::ActiveRequest,
     session: String,
     model: String,
     upstream_model: String,
     started: Instant,
+    billing: Billing,
     ttfb: Option<Duration>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
@@ -38,6 +49,7 @@ impl RequestLog {
         model: String,
         upstream_model: String,
         started: Instant,
+        billing: Billing,
     ) -> Self {
         RequestLog {
             _active: active,
@@ -45,6 +57,7 @@ impl RequestLog {
             model,
             upstream_model,
             started,
+            billing,
             ttfb: None,
             input_tokens: None,
             output_tokens: None,
@@ -87,6 +100,10 @@ impl RequestLog {
             session = %self.session,
             model = %self.model,
             upstream_model = %self.upstream_model,
+            initiator = %self.billing.initiator.as_str(),
+            kind = %self.billing.kind,
+            session_user_requests = self.billing.counts.0,
+            session_agent_requests = self.billing.counts.1,
             status,
             ttfb_ms = format!("{ttfb_ms:.1}"),
             duration_ms = format!("{:.1}", self.started.elapsed().as_secs_f64() * 1000.0),

@@ -2,7 +2,7 @@
 
 use crate::State;
 use crate::auth::{check_bearer, host_allowed};
-use crate::relay::{Relay, RelayStart, RequestLog};
+use crate::relay::{Billing, Relay, RelayStart, RequestLog};
 use bytes::Bytes;
 use claude_host_protocol::betas::filter_betas;
 use claude_host_protocol::count_tokens::estimate_input_tokens;
@@ -10,6 +10,7 @@ use claude_host_protocol::error::{ErrorEnvelope, ErrorKind};
 use claude_host_protocol::messages::MessagesRequest;
 use claude_host_protocol::model_id;
 use claude_host_protocol::models::{AnthropicModel, ModelsPage};
+use claude_host_protocol::request_kind::{RequestKind, strip_marker};
 use claude_host_upstream::{MessagesCall, UpstreamError};
 use futures::StreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -110,6 +111,8 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
             .map(str::to_owned)
     };
     let anthropic_version = header_str("anthropic-version");
+    // Claude Code names a subagent's requests with this header (the body says so too).
+    let subagent_header = req.headers().contains_key("x-claude-code-agent-id");
     let beta = header_str("anthropic-beta");
     let user_agent = header_str("user-agent");
     let body = match read_body(req, state.config.body_limit).await {
@@ -157,10 +160,21 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
     } else {
         parsed.model.clone()
     };
-    let outbound = if upstream_model == parsed.model {
+    let mut outbound = if upstream_model == parsed.model {
         body
     } else {
         Bytes::from(parsed.body_with_model(&upstream_model))
+    };
+    if parsed.classified.has_marker {
+        outbound = Bytes::from(strip_marker(&outbound));
+    }
+    let decision = state
+        .ledger
+        .decide(&session, &parsed.classified, subagent_header);
+    let kind = if subagent_header {
+        RequestKind::Subagent
+    } else {
+        parsed.classified.kind
     };
     let anthropic_beta = match beta {
         Some(b) if upstream.filters_betas() => filter_betas(&b, &state.config.beta_families),
@@ -172,12 +186,18 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         parsed.model.clone(),
         upstream_model.clone(),
         started,
+        Billing {
+            initiator: decision.initiator,
+            kind,
+            counts: decision.counts,
+        },
     );
     let call = MessagesCall {
         body: outbound,
         model: upstream_model,
         stream: parsed.stream,
-        initiator: parsed.initiator,
+        initiator: decision.initiator,
+        kind,
         vision: parsed.has_images,
         anthropic_version,
         anthropic_beta,
@@ -192,6 +212,13 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
             return resp;
         }
     };
+    // A prompt is spent once the upstream takes the request; a refusal gives it back so
+    // that the client's retry is the billed one.
+    if let Some(claim) = decision.claim
+        && (200..300).contains(&resp.status)
+    {
+        claim.keep();
+    }
     let passthrough: Vec<(String, String)> = resp
         .headers
         .iter()

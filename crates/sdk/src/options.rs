@@ -209,6 +209,9 @@ impl SessionOptions {
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
             ("CLAUDE_CODE_SDK_READS_SESSION_STATE", "1".to_owned()),
             ("CLAUDE_CODE_ENTRYPOINT", ENTRYPOINT.to_owned()),
+            // The host speaks to the version it pinned; an interactive CLI would otherwise
+            // update the user's global install behind its back (`npm -g`).
+            ("DISABLE_AUTOUPDATER", "1".to_owned()),
         ];
         env.extend(set.into_iter().map(|(k, v)| (k.to_owned(), v)));
         if let Some(d) = &self.config_dir {

@@ -156,6 +156,16 @@ impl Reply {
         )
     }
 
+    /// A call of Claude Code's subagent tool (`Agent`), run in the foreground, whose
+    /// subagent gets `prompt`.
+    pub fn subagent_call(prompt: &str) -> Reply {
+        Self::tool_use(
+            "Agent",
+            serde_json::json!({"description": "look around", "prompt": prompt,
+                   "subagent_type": "general-purpose", "run_in_background": false}),
+        )
+    }
+
     /// Several blocks; `tool_use` stop reason when any block is a tool call.
     pub fn blocks(blocks: Vec<Block>) -> Reply {
         let stop = if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) {

@@ -2,7 +2,6 @@
 //! `GH_TOKEN` / `GITHUB_TOKEN` in the environment take precedence.
 
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A stored GitHub sign-in.
@@ -138,32 +137,14 @@ impl CredentialStore {
     /// Writes the credential atomically (temp file in the same directory, mode 0600, fsync,
     /// rename), creating the directory with mode 0700.
     pub fn save(&self, cred: &StoredCredential) -> Result<(), CredentialError> {
-        let io = |action: &'static str, path: &Path| {
-            let path = path.to_owned();
-            move |source| CredentialError::Io {
-                action,
-                path,
+        let json = serde_json::to_vec_pretty(cred).unwrap_or_default();
+        crate::private_files::write_atomic(&self.path, &json).map_err(|source| {
+            CredentialError::Io {
+                action: "cannot write",
+                path: self.path.clone(),
                 source,
             }
-        };
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        create_private_dir(dir).map_err(io("cannot create", dir))?;
-        // NamedTempFile is created with mode 0600 on Unix.
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)
-            .map_err(io("cannot create a temporary file in", dir))?;
-        set_mode_0600(tmp.path()).map_err(io("cannot set permissions on", tmp.path()))?;
-        let json = serde_json::to_vec_pretty(cred).unwrap_or_default();
-        tmp.write_all(&json)
-            .map_err(io("cannot write", &self.path))?;
-        tmp.as_file()
-            .sync_all()
-            .map_err(io("cannot sync", &self.path))?;
-        tmp.persist(&self.path).map_err(|e| CredentialError::Io {
-            action: "cannot replace",
-            path: self.path.clone(),
-            source: e.error,
-        })?;
-        Ok(())
+        })
     }
 
     /// Removes the file. Returns whether there was one.
@@ -198,31 +179,5 @@ impl CredentialStore {
             source: TokenSource::File(self.path.clone()),
             login: c.login,
         }))
-    }
-}
-
-#[cfg(unix)]
-fn set_mode_0600(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-}
-
-#[cfg(not(unix))]
-fn set_mode_0600(_path: &Path) -> std::io::Result<()> {
-    Ok(())
-}
-
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-    }
-    #[cfg(not(unix))]
-    {
-        std::fs::create_dir_all(dir)
     }
 }

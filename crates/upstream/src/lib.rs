@@ -10,6 +10,7 @@ pub mod clock;
 pub mod copilot;
 pub mod credentials;
 pub mod device_flow;
+pub mod private_files;
 pub mod record;
 pub mod replay;
 pub mod signed_out;
@@ -18,6 +19,7 @@ pub mod stream_client;
 use async_trait::async_trait;
 use bytes::Bytes;
 use claude_host_protocol::messages::Initiator;
+use claude_host_protocol::request_kind::RequestKind;
 use futures::stream::BoxStream;
 
 /// Builds a header map from name/value pairs; invalid values are skipped (they can only come
@@ -86,6 +88,8 @@ pub struct MessagesCall {
     pub stream: bool,
     /// Who started the request (Copilot's `X-Initiator`).
     pub initiator: Initiator,
+    /// What the request is for (a prompt, a tool-result continuation, a subagent, …).
+    pub kind: RequestKind,
     /// Whether the request carries images (Copilot's `copilot-vision-request`).
     pub vision: bool,
     /// The client's `anthropic-version`.

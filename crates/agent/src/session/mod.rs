@@ -617,6 +617,8 @@ pub struct StandaloneSession {
     pub abort_grace: Duration,
     /// Actions kept for replay.
     pub replay_capacity: usize,
+    /// Told of every human message the session hands its CLI.
+    pub prompts: Option<Arc<dyn crate::PromptReporter>>,
 }
 
 impl StandaloneSession {
@@ -629,6 +631,7 @@ impl StandaloneSession {
             allow_bypass: false,
             abort_grace: Duration::from_secs(5),
             replay_capacity: 4096,
+            prompts: None,
         }
     }
 }
@@ -658,6 +661,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         idle_eviction: None,
         notices,
         live_tasks: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        prompts: s.prompts,
         on_exit: Box::new(|_| {}),
     })
 }

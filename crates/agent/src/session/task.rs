@@ -215,6 +215,8 @@ pub(crate) struct SessionSpec {
     pub notices: broadcast::Sender<SessionNotice>,
     /// Counts running session tasks.
     pub live_tasks: Arc<AtomicUsize>,
+    /// Told of every human message the task hands the CLI (premium-request accounting).
+    pub prompts: Option<Arc<dyn crate::PromptReporter>>,
     /// Called with the session's instance number as its task ends (removes it from the
     /// registry).
     pub on_exit: Box<dyn FnOnce(u64) + Send + Sync>,
@@ -421,6 +423,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         internal_tx,
         internal,
         opts: spec.opts,
+        prompts: spec.prompts,
         working_directories: spec.working_directories,
         allow_bypass: spec.allow_bypass,
         models: spec.models,
@@ -554,6 +557,7 @@ struct Task {
     internal: mpsc::UnboundedReceiver<Internal>,
     // The CLI.
     opts: SessionOptions,
+    prompts: Option<Arc<dyn crate::PromptReporter>>,
     working_directories: Vec<PathBuf>,
     allow_bypass: bool,
     models: Vec<SessionModelInfo>,

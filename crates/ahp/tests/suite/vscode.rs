@@ -1108,3 +1108,88 @@ async fn subscribes_sent_with_their_create_session_wait_for_it() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_prompts_with_tools_and_a_subagent_are_three_premium_requests() {
+    let e = env().await;
+    let rule = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(rule(
+        Match::LastUserContains("run the tests".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "touch ran.txt && echo tests-passed", "description": "Run the tests"}),
+        ),
+    ));
+    e.fake
+        .push(rule(Match::HasToolResult, Reply::text("The tests passed.")));
+    e.fake.push(rule(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT list the files"),
+    ));
+    e.fake.push(rule(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::text("Nothing here."),
+    ));
+    e.fake.push(rule(
+        Match::HasToolResult,
+        Reply::text("The helper found nothing."),
+    ));
+    e.fake.push(rule(
+        Match::LastUserContains("thanks".into()),
+        Reply::text("You're welcome."),
+    ));
+    let (mut c, model, chat) = session_ready(&e).await;
+
+    let turn = start_turn(&mut c, &chat, "Please run the tests", &model).await;
+    let ready = c
+        .action("the Bash card asking for confirmation", |a| {
+            a["action"]["type"] == "chat/toolCallReady" && a["action"]["confirmed"].is_null()
+        })
+        .await;
+    let call = ready["action"]["toolCallId"].as_str().unwrap().to_owned();
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
+                "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let end = c.action("the first turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+
+    let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
+    let end = c.action("the second turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+
+    let turn = start_turn(&mut c, &chat, "thanks", &model).await;
+    let end = c.action("the third turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+
+    let reqs = e.fake.message_requests();
+    let by: Vec<(String, String)> = reqs
+        .iter()
+        .map(|r| {
+            let text = r.last_user_text();
+            (
+                r.header("x-initiator").unwrap().to_owned(),
+                text.lines().last().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let users: Vec<_> = by.iter().filter(|(i, _)| i == "user").collect();
+    assert_eq!(users.len(), 3, "{by:#?}");
+    assert!(users[0].1.contains("run the tests"), "{by:#?}");
+    assert!(users[1].1.contains("ask a helper"), "{by:#?}");
+    assert!(users[2].1.contains("thanks"), "{by:#?}");
+    assert!(
+        by.iter()
+            .any(|(i, t)| i == "agent" && t.contains("SUBPROMPT")),
+        "the subagent's request is the agent's: {by:#?}"
+    );
+    assert_eq!(reqs.len(), 6, "{by:#?}");
+}

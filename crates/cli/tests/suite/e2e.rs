@@ -629,3 +629,151 @@ async fn run_output_nobody_reads_for_a_whole_turn_stalls_nothing_and_loses_nothi
         expected.len()
     );
 }
+
+/// Three human prompts — one runs a tool, one hands work to a subagent, one is plain — and
+/// everything Claude Code sends on its own: what the fake saw, by initiator, with the last
+/// line of each request's last user text.
+fn three_prompts_script(h: &Host) {
+    let file = h.cwd().join("notes.txt");
+    h.fake.push(rule(
+        Match::LastUserContains("write the notes".into()),
+        Reply::tool_use(
+            "Write",
+            json!({"file_path": file.to_str().unwrap(), "content": "notes\n"}),
+        ),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("File created".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "echo listed", "description": "list"}),
+        ),
+    ));
+    h.fake
+        .push(rule(Match::HasToolResult, Reply::text("Notes written.")));
+    h.fake.push(rule(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT list the files"),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::text("Nothing here."),
+    ));
+    h.fake.push(rule(
+        Match::HasToolResult,
+        Reply::text("The helper found nothing."),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("thanks".into()),
+        Reply::text("You're welcome."),
+    ));
+}
+
+const THREE_PROMPTS: [&str; 3] = ["please write the notes", "now ask a helper", "thanks"];
+
+/// Asserts the fake saw exactly the three prompts as the user's, and that `status` counts
+/// what the fake counted.
+async fn assert_three_premium_requests(h: &Host) {
+    let reqs = h.fake.message_requests();
+    let by: Vec<(String, String)> = reqs
+        .iter()
+        .map(|r| {
+            (
+                r.header("x-initiator").unwrap().to_owned(),
+                r.last_user_text()
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let users: Vec<&str> = by
+        .iter()
+        .filter(|(i, _)| i == "user")
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(users, THREE_PROMPTS, "{by:#?}");
+    assert!(
+        by.iter()
+            .any(|(i, t)| i == "agent" && t.contains("SUBPROMPT")),
+        "{by:#?}"
+    );
+    let marker = claude_host_protocol::request_kind::PROMPT_MARKER.as_bytes();
+    assert!(
+        reqs.iter()
+            .all(|r| !r.body.windows(marker.len()).any(|w| w == marker)),
+        "the prompt hook's marker never reaches Copilot"
+    );
+    let mut c = h.cmd();
+    c.args(["status", "--json"]);
+    let out = blocking(move || run(c)).await;
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["requests"]["user"], 3, "{report}");
+    assert_eq!(
+        report["requests"]["agent"],
+        (reqs.len() - 3) as u64,
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_bills_exactly_its_three_prompts() {
+    let h = Host::new().await;
+    three_prompts_script(&h);
+    let mut c = h.cmd();
+    c.args(["run", "--permission-mode", "acceptEdits"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let out = blocking(move || {
+        use std::io::Write;
+        for p in THREE_PROMPTS {
+            writeln!(stdin, "{p}").unwrap();
+        }
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    })
+    .await;
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("You're welcome."), "{}", stdout(&out));
+    assert_three_premium_requests(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_print_mode_bills_exactly_its_three_prompts_in_auto_mode() {
+    let h = Host::new().await;
+    three_prompts_script(&h);
+    let mut session: Option<String> = None;
+    for p in THREE_PROMPTS {
+        let mut c = h.cmd();
+        // Auto mode refuses subagents in `-p` behind any proxy (its safety check runs on
+        // Anthropic's servers); that prompt runs in acceptEdits.
+        let mode = if p.contains("helper") {
+            "acceptEdits"
+        } else {
+            "auto"
+        };
+        c.args(["claude", "-p", p, "--output-format", "json"])
+            .args(["--permission-mode", mode, "--allowedTools", "Write"]);
+        if let Some(id) = &session {
+            c.args(["--resume", id]);
+        }
+        let out = blocking(move || run(c)).await;
+        assert!(out.status.success());
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        session = v["session_id"].as_str().map(str::to_owned);
+    }
+    assert!(h.cwd().join("notes.txt").exists());
+    // The prompt hook ran (its marker was cut out of what it left in the conversation).
+    let hooked = h
+        .fake
+        .message_requests()
+        .iter()
+        .any(|r| String::from_utf8_lossy(&r.body).contains("UserPromptSubmit hook success: "));
+    assert!(hooked, "claude-host claude installs its prompt hook");
+    assert_three_premium_requests(&h).await;
+}

@@ -1,5 +1,6 @@
 mod account;
 mod e2e;
+mod interactive;
 mod serve;
 
 use claude_host_testkit::fake::FakeUpstream;

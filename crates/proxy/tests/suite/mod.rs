@@ -1,4 +1,5 @@
 mod auth;
+mod initiator;
 mod messages;
 mod streaming;
 mod tokens;

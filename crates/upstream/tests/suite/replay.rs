@@ -17,6 +17,7 @@ fn call(prompt: &str, stream: bool) -> MessagesCall {
         model: "claude-opus-5.5".into(),
         stream,
         initiator: Initiator::User,
+        kind: claude_host_protocol::request_kind::RequestKind::Prompt,
         vision: false,
         anthropic_version: Some("2023-06-01".into()),
         anthropic_beta: None,

@@ -132,6 +132,7 @@ impl Task {
                 else {
                     return;
                 };
+                self.report_human_message();
                 let written = tokio::time::timeout(
                     WRITE_TIMEOUT,
                     cli.send_user(content, Some(&command), None),
@@ -164,6 +165,14 @@ impl Task {
     }
 
     /// Asks for a [`Task::pump`] on the next loop turn (for handlers that cannot await).
+    /// Tells the model edge that the next message to the CLI is a human's: the request that
+    /// carries it is the user's (a premium request on Copilot), and no other.
+    fn report_human_message(&self) {
+        if let Some(p) = &self.prompts {
+            p.human_message(&self.id);
+        }
+    }
+
     pub(super) fn pump_later(&self) {
         let _ = self.internal_tx.send(Internal::Pump);
     }
@@ -176,6 +185,9 @@ impl Task {
     ) {
         self.refuse_waiting();
         self.clear_steering();
+        if let Some(p) = &self.prompts {
+            p.turn_ended(&self.id);
+        }
         let failed = end.iter().any(|a| matches!(a, StateAction::ChatError(_)));
         self.chat_all(end);
         let Some(turn) = self.turn.take() else {
@@ -287,6 +299,7 @@ impl Task {
             id: id.to_owned(),
             cli_uuid: cli_uuid.clone(),
         });
+        self.report_human_message();
         let written = tokio::time::timeout(
             WRITE_TIMEOUT,
             cli.send_user(Value::String(text), Some(&cli_uuid), Some("now")),

@@ -1,0 +1,205 @@
+//! Requests per session, kept on disk for `claude-host status`.
+//!
+//! Every process that runs a proxy (`serve`, `run`, `claude`, `proxy`) owns one file,
+//! `$CLAUDE_HOST_HOME/usage/<start ms>-<pid>.json`, and rewrites it (atomically, mode 0600)
+//! shortly after its counts change and once more as it stops. One writer per file: processes
+//! running side by side never lose each other's counts, and `status` adds the files up.
+
+use claude_host_proxy::{PromptLedger, SessionUsage};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Files untouched for longer than this are removed when a recorder starts.
+const KEEP_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Counts are written at most this often while requests flow.
+const WRITE_EVERY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct UsageFile {
+    pid: u32,
+    command: String,
+    started_at: i64,
+    updated_at: i64,
+    sessions: BTreeMap<String, SessionUsage>,
+}
+
+fn now_ms() -> i64 {
+    claude_host_protocol::time::now_millis()
+}
+
+fn usage_dir(home: &Path) -> PathBuf {
+    home.join("usage")
+}
+
+/// Writes one process's counts; stops (with a last write) when dropped.
+pub(crate) struct UsageRecorder {
+    path: PathBuf,
+    ledger: PromptLedger,
+    command: String,
+    started_at: i64,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl UsageRecorder {
+    /// Starts recording `ledger`'s counts for the process running `command`.
+    pub(crate) fn start(home: &Path, ledger: PromptLedger, command: &str) -> UsageRecorder {
+        let dir = usage_dir(home);
+        prune(&dir);
+        let started_at = now_ms();
+        let path = dir.join(format!("{started_at}-{}.json", std::process::id()));
+        let task = {
+            let (path, ledger, command) = (path.clone(), ledger.clone(), command.to_owned());
+            let mut changes = ledger.changes();
+            tokio::spawn(async move {
+                while changes.changed().await.is_ok() {
+                    write(&path, &ledger, &command, started_at);
+                    tokio::time::sleep(WRITE_EVERY).await;
+                }
+            })
+        };
+        UsageRecorder {
+            path,
+            ledger,
+            command: command.to_owned(),
+            started_at,
+            task,
+        }
+    }
+}
+
+impl Drop for UsageRecorder {
+    fn drop(&mut self) {
+        self.task.abort();
+        write(&self.path, &self.ledger, &self.command, self.started_at);
+    }
+}
+
+fn write(path: &Path, ledger: &PromptLedger, command: &str, started_at: i64) {
+    let sessions: BTreeMap<String, SessionUsage> = ledger.usage().into_iter().collect();
+    if sessions.is_empty() {
+        return;
+    }
+    let file = UsageFile {
+        pid: std::process::id(),
+        command: command.to_owned(),
+        started_at,
+        updated_at: now_ms(),
+        sessions,
+    };
+    let bytes = serde_json::to_vec(&file).unwrap_or_default();
+    if let Err(e) = claude_host_upstream::private_files::write_atomic(path, &bytes) {
+        tracing::warn!(path = %path.display(), error = %e, "cannot record request counts");
+    }
+}
+
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > KEEP_FOR);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// One session's requests, summed over every process that served it.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct SessionTotals {
+    pub session: String,
+    pub user: u64,
+    pub agent: u64,
+    pub by_kind: BTreeMap<String, u64>,
+    pub last_at: i64,
+}
+
+/// Every recorded session, most recent first.
+pub(crate) fn totals(home: &Path) -> Vec<SessionTotals> {
+    let mut by_session: BTreeMap<String, SessionTotals> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(usage_dir(home)) else {
+        return Vec::new();
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let Some(file) = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<UsageFile>(&b).ok())
+        else {
+            tracing::debug!(path = %path.display(), "skipping an unreadable usage file");
+            continue;
+        };
+        for (session, u) in file.sessions {
+            let t = by_session
+                .entry(session.clone())
+                .or_insert_with(|| SessionTotals {
+                    session,
+                    ..SessionTotals::default()
+                });
+            t.user += u.user;
+            t.agent += u.agent;
+            for (k, n) in u.by_kind {
+                *t.by_kind.entry(k).or_default() += n;
+            }
+            t.last_at = t.last_at.max(u.last_at);
+        }
+    }
+    let mut all: Vec<_> = by_session.into_values().collect();
+    all.sort_by(|a, b| b.last_at.cmp(&a.last_at).then(a.session.cmp(&b.session)));
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_add_up_files_and_skip_garbage() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = usage_dir(home.path());
+        let file = |sessions: &[(&str, u64, u64, i64)]| UsageFile {
+            sessions: sessions
+                .iter()
+                .map(|(s, u, a, at)| {
+                    (
+                        (*s).to_owned(),
+                        SessionUsage {
+                            user: *u,
+                            agent: *a,
+                            by_kind: BTreeMap::from([("prompt".to_owned(), *u)]),
+                            first_at: *at,
+                            last_at: *at,
+                        },
+                    )
+                })
+                .collect(),
+            ..UsageFile::default()
+        };
+        let put = |name: &str, f: &UsageFile| {
+            claude_host_upstream::private_files::write_atomic(
+                &dir.join(name),
+                &serde_json::to_vec(f).unwrap(),
+            )
+            .unwrap();
+        };
+        put("1-1.json", &file(&[("a", 1, 4, 10), ("b", 2, 0, 30)]));
+        put("2-2.json", &file(&[("a", 2, 3, 20)]));
+        std::fs::write(dir.join("3-3.json"), b"{broken").unwrap();
+        let t = totals(home.path());
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[0].session.as_str(), t[0].user, t[0].agent), ("b", 2, 0));
+        assert_eq!((t[1].session.as_str(), t[1].user, t[1].agent), ("a", 3, 7));
+        assert_eq!(t[1].by_kind["prompt"], 3);
+        assert_eq!(t[1].last_at, 20);
+    }
+}
