@@ -84,6 +84,8 @@ pub struct AgentConfig {
     pub abort_grace: Duration,
     /// How long a session restored from disk stays open with nobody using it.
     pub idle_eviction: Duration,
+    /// Tools no session may use (`WebSearch` behind Copilot, which refuses its server tool).
+    pub disallowed_tools: Vec<String>,
 }
 
 impl AgentConfig {
@@ -98,6 +100,7 @@ impl AgentConfig {
             replay_buffer: 4096,
             abort_grace: Duration::from_secs(5),
             idle_eviction: Duration::from_secs(600),
+            disallowed_tools: Vec::new(),
         }
     }
 }
@@ -336,6 +339,8 @@ impl Agent {
         opts.extra_env = self.config.extra_env.clone();
         opts.include_partial_messages = true;
         opts.additional_directories = extra_dirs.to_vec();
+        opts.disallowed_tools
+            .extend(self.config.disallowed_tools.iter().cloned());
         Ok(opts)
     }
 

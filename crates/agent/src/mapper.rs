@@ -32,6 +32,9 @@ pub struct TurnMapper {
     tools: HashMap<String, String>,
     /// Tool calls the CLI asked the user about: their automatic "ready" must not run them.
     asked: HashSet<String>,
+    /// The model that answered last, as the response named it (the proxy names its quota
+    /// fallback there; the CLI's own usage is keyed by the model it asked for).
+    answered_by: Option<String>,
     finished: bool,
 }
 
@@ -46,6 +49,7 @@ impl TurnMapper {
             tool_blocks: HashMap::new(),
             tools: HashMap::new(),
             asked: HashSet::new(),
+            answered_by: None,
             finished: false,
         }
     }
@@ -176,6 +180,11 @@ impl TurnMapper {
         if f.parent_tool_use_id().is_some() {
             return Vec::new();
         }
+        if let Some(model) = f.message.extra.get("model").and_then(Value::as_str)
+            && model != "<synthetic>"
+        {
+            self.answered_by = Some(model.to_owned());
+        }
         let t = self.turn_id.clone();
         let mid = if f.message.id.is_empty() {
             "msg".to_owned()
@@ -271,7 +280,10 @@ impl TurnMapper {
                 let info = UsageInfo {
                     input_tokens: Some(usage.map_or(0, |u| u.total_input())),
                     output_tokens: usage.and_then(|u| u.output_tokens),
-                    model: f.model().map(str::to_owned),
+                    model: self
+                        .answered_by
+                        .clone()
+                        .or_else(|| f.model().map(str::to_owned)),
                     cache_read_tokens: usage.and_then(|u| u.cache_read_input_tokens),
                     meta: Some(meta),
                 };

@@ -365,9 +365,12 @@ pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
 
 async fn start_proxy(
     ctx: &Context,
-    config: ProxyConfig,
+    mut config: ProxyConfig,
 ) -> anyhow::Result<(ProxyHandle, Arc<dyn Upstream>)> {
     let upstream = ctx.upstream()?;
+    config
+        .quota_fallback_model
+        .clone_from(&ctx.opts.quota_fallback_model);
     let handle = claude_host_proxy::start(config, upstream.clone()).await?;
     Ok((handle, upstream))
 }
@@ -425,11 +428,20 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
         !ctx.opts.no_install,
     )
     .await?;
-    let (handle, _upstream) = start_proxy(
+    let (handle, upstream) = start_proxy(
         ctx,
         args.tuning.config(SocketAddr::from(([127, 0, 0, 1], 0)))?,
     )
     .await?;
+    // Claude Code compacts against its own idea of the window; the upstream's smallest
+    // prompt limit is the one that fails a turn (the user may switch models with /model).
+    let compact_window = match upstream.catalog().await {
+        Ok(c) => c.models.iter().filter_map(|m| m.max_prompt_tokens).min(),
+        Err(e) => {
+            tracing::debug!(error = %e, "no catalog for the compaction window");
+            None
+        }
+    };
     let session = uuid_simple();
     let usage = crate::usage::UsageRecorder::start(&ctx.home, handle.prompt_ledger(), "claude");
     let mut cmd = tokio::process::Command::new(&cli.path);
@@ -445,6 +457,11 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
         handle
             .prompt_ledger()
             .set_source(&session, claude_host_proxy::PromptSource::Hook);
+    }
+    if let Some(window) = compact_window
+        && std::env::var_os("CLAUDE_CODE_AUTO_COMPACT_WINDOW").is_none()
+    {
+        cmd.env("CLAUDE_CODE_AUTO_COMPACT_WINDOW", window.to_string());
     }
     if cli.origin == claude_host_sdk::find::Origin::Pinned {
         // The pinned install is claude-host's; its updater would install a global copy.

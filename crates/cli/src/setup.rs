@@ -78,6 +78,16 @@ pub(crate) struct GlobalOpts {
     /// Never install the pinned CLI automatically.
     #[arg(long, global = true)]
     pub no_install: bool,
+    /// When Copilot says your premium requests are used up, answer with this model instead
+    /// (one included in your plan, e.g. `claude-haiku-4-5`); otherwise the request fails with
+    /// the quota message.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_QUOTA_FALLBACK_MODEL",
+        value_name = "MODEL"
+    )]
+    pub quota_fallback_model: Option<String>,
     /// Log filter (e.g. `info`, `claude_host_proxy=debug`); also `CLAUDE_HOST_LOG`.
     #[arg(long, global = true, env = "CLAUDE_HOST_LOG", default_value = "info")]
     pub log: String,
@@ -246,6 +256,7 @@ pub(crate) async fn build_agent(
     let proxy = claude_host_proxy::start(
         claude_host_proxy::ProxyConfig {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            quota_fallback_model: ctx.opts.quota_fallback_model.clone(),
             ..Default::default()
         },
         Arc::new(claude_host_upstream::signed_out::SignedOut),
@@ -261,6 +272,10 @@ pub(crate) async fn build_agent(
     let mut config = claude_host_agent::AgentConfig::new(cli.path, cwd);
     config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     config.allow_bypass_permissions = allow_bypass_permissions;
+    if ctx.opts.upstream == "copilot" {
+        // Claude Code's WebSearch is a server tool that Copilot refuses ("did 0 searches").
+        config.disallowed_tools.push("WebSearch".into());
+    }
     Ok((
         claude_host_agent::Agent::new(config, Arc::new(models), Some(store)),
         usage,

@@ -13,6 +13,8 @@ pub enum ErrorKind {
     Permission,
     /// 404: unknown route or model.
     NotFound,
+    /// 402: the account cannot pay for the request (Copilot: premium requests used up).
+    Billing,
     /// 413: the request body is over the size cap.
     RequestTooLarge,
     /// 429: rate limited.
@@ -31,6 +33,7 @@ impl ErrorKind {
             ErrorKind::Authentication => "authentication_error",
             ErrorKind::Permission => "permission_error",
             ErrorKind::NotFound => "not_found_error",
+            ErrorKind::Billing => "billing_error",
             ErrorKind::RequestTooLarge => "request_too_large",
             ErrorKind::RateLimit => "rate_limit_error",
             ErrorKind::Api => "api_error",
@@ -45,6 +48,7 @@ impl ErrorKind {
             ErrorKind::Authentication => 401,
             ErrorKind::Permission => 403,
             ErrorKind::NotFound => 404,
+            ErrorKind::Billing => 402,
             ErrorKind::RequestTooLarge => 413,
             ErrorKind::RateLimit => 429,
             ErrorKind::Api => 500,

@@ -4,7 +4,9 @@
 //! definitions so that one place decides what an Anthropic error looks like, how SSE is framed,
 //! how Claude model ids map to Copilot ids and which `anthropic-beta` values survive.
 
+pub mod adapt;
 pub mod betas;
+pub mod copilot_errors;
 pub mod count_tokens;
 pub mod error;
 pub mod frames;

@@ -130,19 +130,34 @@ impl MessagesRequest {
 
     /// The body with `model` replaced, every other key and value byte-for-byte as received.
     pub fn body_with_model(&self, model: &str) -> Vec<u8> {
+        self.body_with(model, &[])
+    }
+
+    /// The body with `model` replaced and the top-level `fields` set to new raw JSON (or
+    /// removed, for `None`); every other key and value byte-for-byte as received, in order.
+    pub fn body_with(&self, model: &str, fields: &[(String, Option<String>)]) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.fields.values().map(|v| v.get().len() + 16).sum());
         out.push(b'{');
-        for (i, (k, v)) in self.fields.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        let mut put = |out: &mut Vec<u8>, k: &str, v: &[u8]| {
+            if !first {
                 out.push(b',');
             }
+            first = false;
             // Writing a string into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut out, k);
+            let _ = serde_json::to_writer(&mut *out, k);
             out.push(b':');
+            out.extend_from_slice(v);
+        };
+        for (k, v) in &self.fields {
             if k == "model" {
-                let _ = serde_json::to_writer(&mut out, model);
-            } else {
-                out.extend_from_slice(v.get().as_bytes());
+                put(&mut out, k, &serde_json::to_vec(model).unwrap_or_default());
+                continue;
+            }
+            match fields.iter().find(|(name, _)| name == k) {
+                Some((_, Some(new))) => put(&mut out, k, new.as_bytes()),
+                Some((_, None)) => {}
+                None => put(&mut out, k, v.get().as_bytes()),
             }
         }
         out.push(b'}');
@@ -273,6 +288,23 @@ mod tests {
         assert_eq!(
             out,
             r#"{"z":1,"model":"claude-opus-5.5","messages":[{"role":"system","content":"x","output_config":{"effort":"low"}}],"metadata":{"user_id":"{\"a\":1}"},"unknown":[1.50,2e3],"stream":true}"#
+        );
+    }
+
+    #[test]
+    fn fields_are_replaced_and_removed_in_place() {
+        let body = br#"{"model":"a","max_tokens":128000,"thinking":{"type":"enabled"},"messages":[],"x":[1.50]}"#;
+        let req = MessagesRequest::parse(body).unwrap();
+        let out = req.body_with(
+            "b",
+            &[
+                ("max_tokens".into(), Some("64000".into())),
+                ("thinking".into(), None),
+            ],
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"model":"b","max_tokens":64000,"messages":[],"x":[1.50]}"#
         );
     }
 

@@ -80,6 +80,25 @@ impl CopilotModel {
             .and_then(Value::as_u64)
     }
 
+    /// `capabilities.supports.{min,max}_thinking_budget`, when both are given.
+    pub fn thinking_budget(&self) -> Option<(u64, u64)> {
+        let get = |k: &str| {
+            self.capabilities
+                .get("supports")
+                .and_then(|s| s.get(k))
+                .and_then(Value::as_u64)
+        };
+        Some((get("min_thinking_budget")?, get("max_thinking_budget")?))
+    }
+
+    /// `billing.is_premium`, when given.
+    pub fn is_premium(&self) -> Option<bool> {
+        self.extra
+            .get("billing")
+            .and_then(|b| b.get("is_premium"))
+            .and_then(Value::as_bool)
+    }
+
     /// The id in the form Claude Code uses (`claude-sonnet-4-5`).
     pub fn sdk_id(&self) -> String {
         ClaudeModelId::parse(&self.id).map_or_else(|| self.id.clone(), |p| p.sdk_id())
@@ -105,6 +124,12 @@ pub struct AnthropicModel {
     pub display_name: String,
     /// RFC 3339 creation time (unknown for Copilot models: the Unix epoch).
     pub created_at: String,
+    /// Largest prompt the upstream accepts (Copilot's `max_prompt_tokens`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input_tokens: Option<u64>,
+    /// Largest `max_tokens` the upstream accepts, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// The Anthropic models page.

@@ -38,6 +38,9 @@ pub struct ProxyConfig {
     pub idle_timeout: Duration,
     /// `anthropic-beta` families forwarded to upstreams that need filtering.
     pub beta_families: Vec<String>,
+    /// A model (any id form) that answers instead when Copilot says premium requests are
+    /// used up; `None`: the client gets the quota error.
+    pub quota_fallback_model: Option<String>,
 }
 
 impl Default for ProxyConfig {
@@ -51,6 +54,7 @@ impl Default for ProxyConfig {
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect(),
+            quota_fallback_model: None,
         }
     }
 }
@@ -77,9 +81,30 @@ pub(crate) struct State {
     pub(crate) allowed_hosts: Vec<String>,
     upstream: RwLock<Arc<dyn Upstream>>,
     pub(crate) ledger: Arc<initiator::Ledger>,
+    /// When Copilot last said premium requests are used up.
+    quota_exhausted_at: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
+/// How long requests go straight to the quota fallback after Copilot said premium requests
+/// are used up, before the premium model is tried again (they come back monthly, or when the
+/// user buys more).
+const QUOTA_RECHECK: Duration = Duration::from_secs(15 * 60);
+
 impl State {
+    pub(crate) fn mark_quota_exhausted(&self) {
+        *self
+            .quota_exhausted_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::time::Instant::now());
+    }
+
+    pub(crate) fn quota_exhausted(&self) -> bool {
+        self.quota_exhausted_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < QUOTA_RECHECK)
+    }
+
     pub(crate) fn upstream(&self) -> Arc<dyn Upstream> {
         self.upstream
             .read()
@@ -225,6 +250,7 @@ pub async fn start(
         trim_scheduled: std::sync::atomic::AtomicBool::new(false),
         upstream: RwLock::new(upstream),
         ledger: Arc::new(initiator::Ledger::new()),
+        quota_exhausted_at: std::sync::Mutex::new(None),
     });
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();

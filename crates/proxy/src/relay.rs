@@ -27,6 +27,8 @@ pub(crate) struct Billing {
     pub(crate) kind: RequestKind,
     /// The session's counts including this request: (user, agent).
     pub(crate) counts: (u64, u64),
+    /// The adaptation rules applied to the body (docs/PROXY.md).
+    pub(crate) adapted: Vec<&'static str>,
 }
 
 pub(crate) struct RequestLog {
@@ -63,6 +65,11 @@ impl RequestLog {
             output_tokens: None,
             done: false,
         }
+    }
+
+    /// The request went to another model (the quota fallback).
+    pub(crate) fn set_upstream_model(&mut self, model: &str) {
+        model.clone_into(&mut self.upstream_model);
     }
 
     fn mark_first_byte(&mut self) {
@@ -104,6 +111,7 @@ impl RequestLog {
             kind = %self.billing.kind,
             session_user_requests = self.billing.counts.0,
             session_agent_requests = self.billing.counts.1,
+            adapted = %self.billing.adapted.join(","),
             status,
             ttfb_ms = format!("{ttfb_ms:.1}"),
             duration_ms = format!("{:.1}", self.started.elapsed().as_secs_f64() * 1000.0),

@@ -4,14 +4,16 @@ use crate::State;
 use crate::auth::{check_bearer, host_allowed};
 use crate::relay::{Billing, Relay, RelayStart, RequestLog};
 use bytes::Bytes;
+use claude_host_protocol::adapt::{Adapted, Refusal, adapt};
 use claude_host_protocol::betas::filter_betas;
+use claude_host_protocol::copilot_errors::{self, CopilotRefusal};
 use claude_host_protocol::count_tokens::estimate_input_tokens;
 use claude_host_protocol::error::{ErrorEnvelope, ErrorKind};
 use claude_host_protocol::messages::MessagesRequest;
 use claude_host_protocol::model_id;
 use claude_host_protocol::models::{AnthropicModel, ModelsPage};
 use claude_host_protocol::request_kind::{RequestKind, strip_marker};
-use claude_host_upstream::{MessagesCall, UpstreamError};
+use claude_host_upstream::{Catalog, MessagesCall, UpstreamError};
 use futures::StreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -160,14 +162,28 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
     } else {
         parsed.model.clone()
     };
-    let mut outbound = if upstream_model == parsed.model {
-        body
-    } else {
-        Bytes::from(parsed.body_with_model(&upstream_model))
+    let fallback = state
+        .config
+        .quota_fallback_model
+        .as_deref()
+        .filter(|_| catalog.strict)
+        .and_then(|m| model_id::resolve(m, &catalog.upstream_ids()).map(str::to_owned));
+    // Once premium requests are used up, requests go to the fallback model straight away.
+    let first_model = match &fallback {
+        Some(f) if state.quota_exhausted() => f.clone(),
+        _ => upstream_model.clone(),
     };
-    if parsed.classified.has_marker {
-        outbound = Bytes::from(strip_marker(&outbound));
-    }
+    let mut prepared = match prepare(&parsed, &body, &catalog, &first_model) {
+        Ok(p) => p,
+        Err(refusal) => {
+            tracing::warn!(%session, model = %first_model, reason = %refusal, "refused before the upstream");
+            return error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::InvalidRequest,
+                refusal.to_string(),
+            );
+        }
+    };
     let decision = state
         .ledger
         .decide(&session, &parsed.classified, subagent_header);
@@ -184,17 +200,18 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         crate::ActiveRequest::new(&state),
         session.clone(),
         parsed.model.clone(),
-        upstream_model.clone(),
+        prepared.model.clone(),
         started,
         Billing {
             initiator: decision.initiator,
             kind,
             counts: decision.counts,
+            adapted: prepared.rules.clone(),
         },
     );
-    let call = MessagesCall {
-        body: outbound,
-        model: upstream_model,
+    let mut call = MessagesCall {
+        body: prepared.body.clone(),
+        model: prepared.model.clone(),
         stream: parsed.stream,
         initiator: decision.initiator,
         kind,
@@ -202,45 +219,70 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         anthropic_version,
         anthropic_beta,
         client_user_agent: user_agent,
-        session_id: session,
+        session_id: session.clone(),
     };
-    let resp = match upstream.messages(call).await {
-        Ok(r) => r,
-        Err(e) => {
-            let resp = upstream_error(&e);
-            log.finish(resp.status().as_u16(), &format!("upstream error: {e}"));
-            return resp;
+    let (resp, passthrough) = loop {
+        let resp = match upstream.messages(call.clone()).await {
+            Ok(r) => r,
+            Err(e) => {
+                let resp = upstream_error(&e);
+                log.finish(resp.status().as_u16(), &format!("upstream error: {e}"));
+                return resp;
+            }
+        };
+        let passthrough: Vec<(String, String)> = resp
+            .headers
+            .iter()
+            .filter(|(k, _)| matches!(k.as_str(), "retry-after" | "request-id" | "x-request-id"))
+            .cloned()
+            .collect();
+        if (200..300).contains(&resp.status) {
+            break (resp, passthrough);
         }
-    };
-    // A prompt is spent once the upstream takes the request; a refusal gives it back so
-    // that the client's retry is the billed one.
-    if let Some(claim) = decision.claim
-        && (200..300).contains(&resp.status)
-    {
-        claim.keep();
-    }
-    let passthrough: Vec<(String, String)> = resp
-        .headers
-        .iter()
-        .filter(|(k, _)| matches!(k.as_str(), "retry-after" | "request-id" | "x-request-id"))
-        .cloned()
-        .collect();
-    if !(200..300).contains(&resp.status) {
         let status = resp.status;
-        let env = match collect_body(resp.body, ERROR_BODY_CAP).await {
-            Ok(body) => ErrorEnvelope::from_upstream_body(status, &body),
+        let (err_body, fault) = match collect_body(resp.body, ERROR_BODY_CAP).await {
+            Ok(b) => (b, None),
             // An error body's message comes first; its start is enough.
-            Err((BodyFault::TooLarge, head)) => ErrorEnvelope::from_upstream_body(status, &head),
+            Err((BodyFault::TooLarge, head)) => (head, None),
+            Err((BodyFault::Cut(e), partial)) => (Bytes::new(), Some((e, partial.len()))),
+        };
+        let refusal = catalog
+            .strict
+            .then(|| copilot_errors::classify(status, &err_body))
+            .flatten();
+        if refusal == Some(CopilotRefusal::QuotaExhausted) {
+            state.mark_quota_exhausted();
+            if let Some(f) = &fallback
+                && *f != prepared.model
+                && let Ok(p) = prepare(&parsed, &body, &catalog, f)
+            {
+                tracing::warn!(%session, from = %prepared.model, to = %f, "premium requests used up; answering with the fallback model");
+                prepared = p;
+                log.set_upstream_model(&prepared.model);
+                call.body = prepared.body.clone();
+                call.model = prepared.model.clone();
+                continue;
+            }
+        }
+        let (status, env) = match (refusal, fault) {
+            (Some(r), _) => {
+                let reset = if r == CopilotRefusal::QuotaExhausted {
+                    upstream.quota_reset().await
+                } else {
+                    None
+                };
+                r.restate(reset.as_deref())
+            }
+            (None, None) => (status, ErrorEnvelope::from_upstream_body(status, &err_body)),
             // The status alone still tells the client what happened (a 429 stays retryable),
             // so it is kept; the partial body is not a message worth showing.
-            Err((BodyFault::Cut(e), partial)) => {
+            (None, Some((e, read))) => {
                 let mut env = ErrorEnvelope::from_upstream_body(status, b"");
                 env.error.message = format!(
-                    "upstream returned HTTP {status}, and its error body was cut off after {} bytes: {}",
-                    partial.len(),
+                    "upstream returned HTTP {status}, and its error body was cut off after {read} bytes: {}",
                     transport_detail(&e)
                 );
-                env
+                (status, env)
             }
         };
         log.finish(
@@ -248,7 +290,23 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
             &format!("upstream {}: {}", env.error.kind, env.error.message),
         );
         return with_headers(json(status_code(status), env.to_json()), &passthrough);
+    };
+    // A prompt is spent once the upstream takes the request; a refusal gives it back so
+    // that the client's retry is the billed one.
+    if let Some(claim) = decision.claim {
+        claim.keep();
     }
+    // The model that answered: the client's own id, unless the fallback stood in (then its
+    // usage shows where the answer came from).
+    let answered_by = if prepared.model == upstream_model {
+        parsed.model.clone()
+    } else {
+        catalog
+            .models
+            .iter()
+            .find(|m| m.upstream_id == prepared.model)
+            .map_or_else(|| prepared.model.clone(), |m| m.sdk_id.clone())
+    };
     if !parsed.stream {
         // A 2xx status promises a whole message. Partial or unparseable bytes passed on as a
         // success would fail in the client's JSON parser, where nothing retries; a 502
@@ -301,7 +359,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
             }
         };
         if message.get("model").is_some() {
-            message["model"] = serde_json::Value::String(parsed.model.clone());
+            message["model"] = serde_json::Value::String(answered_by);
         }
         log.set_usage_from_message(&message);
         log.finish(resp.status, "ok");
@@ -309,7 +367,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         let out = serde_json::to_vec(&message).unwrap_or_default();
         return with_headers(json(status_code(resp.status), out), &passthrough);
     }
-    let relay = Relay::new(resp.body, parsed.model, &state.config, log);
+    let relay = Relay::new(resp.body, answered_by, &state.config, log);
     match relay.start().await {
         RelayStart::Stream(relay) => {
             let mut r = Response::builder()
@@ -326,6 +384,45 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
             with_headers(json(status_code(status), envelope.to_json()), &passthrough)
         }
     }
+}
+
+/// A request fitted to one upstream model.
+struct Prepared {
+    model: String,
+    body: Bytes,
+    rules: Vec<&'static str>,
+}
+
+/// `parsed` for `model`: its id, fitted to the model's catalog entry when the catalog is
+/// Copilot's (`original` is the client's body, forwarded untouched when nothing changes),
+/// with the prompt hook's marker cut out.
+fn prepare(
+    parsed: &MessagesRequest,
+    original: &Bytes,
+    catalog: &Catalog,
+    model: &str,
+) -> Result<Prepared, Refusal> {
+    let adapted = match catalog
+        .models
+        .iter()
+        .find(|m| catalog.strict && m.upstream_id == model)
+    {
+        Some(m) => adapt(parsed, &m.rules())?,
+        None => Adapted::default(),
+    };
+    let mut body = if model == parsed.model && adapted.is_empty() {
+        original.clone()
+    } else {
+        Bytes::from(parsed.body_with(model, &adapted.fields))
+    };
+    if parsed.classified.has_marker {
+        body = Bytes::from(strip_marker(&body));
+    }
+    Ok(Prepared {
+        model: model.to_owned(),
+        body,
+        rules: adapted.rules.iter().map(|r| r.as_str()).collect(),
+    })
 }
 
 async fn count_tokens(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
@@ -365,6 +462,8 @@ async fn models(state: Arc<State>) -> Response<Body> {
                 kind: "model".to_owned(),
                 display_name: m.display_name,
                 created_at: "1970-01-01T00:00:00Z".to_owned(),
+                max_input_tokens: m.max_prompt_tokens,
+                max_tokens: m.max_output_tokens,
             })
             .collect(),
     );

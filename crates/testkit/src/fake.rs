@@ -133,6 +133,8 @@ struct State {
     disconnects: AtomicUsize,
     disconnect_notify: tokio::sync::Notify,
     ids: AtomicU64,
+    /// Premium requests are used up: premium models answer 402 `quota_exceeded`.
+    premium_exhausted: std::sync::atomic::AtomicBool,
 }
 
 /// The running fake.
@@ -196,6 +198,7 @@ impl FakeUpstream {
             disconnects: AtomicUsize::new(0),
             disconnect_notify: tokio::sync::Notify::new(),
             ids: AtomicU64::new(1),
+            premium_exhausted: std::sync::atomic::AtomicBool::new(false),
         });
         let cancel = CancellationToken::new();
         let tracker = tokio_util::task::TaskTracker::new();
@@ -303,6 +306,14 @@ impl FakeUpstream {
         for _ in 0..count {
             q.push_back((status, body.clone()));
         }
+    }
+
+    /// Uses up (or restores) the account's premium requests: premium models then answer
+    /// Copilot's 402 `quota_exceeded`, and `/copilot_internal/user` shows none left.
+    pub fn exhaust_premium(&self, exhausted: bool) {
+        self.state
+            .premium_exhausted
+            .store(exhausted, Ordering::SeqCst);
     }
 
     /// The next `count` `/v1/messages` calls answer 401.
@@ -586,12 +597,17 @@ fn rand_u64(seed: u64) -> u64 {
 }
 
 fn copilot_user(state: &State) -> Value {
+    let remaining = if state.premium_exhausted.load(Ordering::SeqCst) {
+        0
+    } else {
+        250
+    };
     json!({"login": state.config.login, "access_type_sku": "copilot_for_business_seat", "copilot_plan": "business",
            "quota_reset_date": "2026-12-01", "chat_enabled": true,
            "quota_snapshots": {
                "chat": {"entitlement": 0, "remaining": 0, "percent_remaining": 100.0, "unlimited": true},
                "completions": {"entitlement": 0, "remaining": 0, "percent_remaining": 100.0, "unlimited": true},
-               "premium_interactions": {"entitlement": 300, "remaining": 250, "percent_remaining": 83.3, "unlimited": false, "overage_count": 0, "overage_permitted": false}},
+               "premium_interactions": {"entitlement": 300, "remaining": remaining, "percent_remaining": remaining as f64 / 3.0, "unlimited": false, "overage_count": 0, "overage_permitted": false}},
            "endpoints": {"api": state.url, "telemetry": format!("{}/telemetry", state.url)}})
 }
 
@@ -620,13 +636,20 @@ fn check_headers(state: &State, r: &CapturedRequest) {
     ] {
         non_empty(h, &mut v);
     }
-    for (h, want) in [
-        ("openai-intent", "messages-proxy"),
-        ("x-interaction-type", "messages-proxy"),
-    ] {
-        if r.header(h) != Some(want) {
-            v.push(format!("{h} is {:?}, want {want:?}", r.header(h)));
-        }
+    if r.header("openai-intent") != Some("messages-proxy") {
+        v.push(format!(
+            "openai-intent is {:?}, want \"messages-proxy\"",
+            r.header("openai-intent")
+        ));
+    }
+    if !matches!(
+        r.header("x-interaction-type"),
+        Some("messages-proxy" | "conversation-compaction" | "conversation-subagent")
+    ) {
+        v.push(format!(
+            "x-interaction-type is {:?}",
+            r.header("x-interaction-type")
+        ));
     }
     if !matches!(r.header("x-initiator"), Some("user" | "agent")) {
         v.push(format!("x-initiator is {:?}", r.header("x-initiator")));
@@ -708,9 +731,24 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
             &format!("model \"{model}\" is not supported via /v1/messages"),
         );
     }
+    if !as_anthropic
+        && let Some(entry) = state
+            .config
+            .models
+            .iter()
+            .find(|m| m["id"] == model.as_str())
+        && let Some((status, body)) = crate::copilot_rules::refusal(
+            entry,
+            &body,
+            r.header("copilot-vision-request") == Some("true"),
+            state.premium_exhausted.load(Ordering::SeqCst),
+        )
+    {
+        return json_resp(status, &body);
+    }
     let reply = pick_reply(state, r);
     let id = state.ids.fetch_add(1, Ordering::SeqCst);
-    let input_tokens = (r.body.len() / 4) as u64;
+    let input_tokens = crate::copilot_rules::prompt_tokens(&body);
     let stream = body["stream"] == true;
     let mut resp = match reply.kind {
         Kind::Error {
@@ -1010,7 +1048,12 @@ pub fn default_models() -> Vec<Value> {
         claude("claude-sonnet-4.5", "Claude Sonnet 4.5", false, false),
         claude("claude-opus-5.5", "Claude Opus 5.5", true, true),
         claude("claude-sonnet-5.5", "Claude Sonnet 5.5", false, true),
-        claude("claude-haiku-5.5", "Claude Haiku 5.5", false, false),
+        {
+            // Included in the plan: no premium requests (the quota fallback's model).
+            let mut haiku = claude("claude-haiku-5.5", "Claude Haiku 5.5", false, false);
+            haiku["billing"] = json!({"is_premium": false, "multiplier": 0.0});
+            haiku
+        },
         claude("claude-opus-4.6", "Claude Opus 4.6", false, true),
         claude(
             "claude-opus-4.6-1m",

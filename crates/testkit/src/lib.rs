@@ -3,6 +3,7 @@
 //! ([`cli`]). The model is the only fake: everything else in the tests is real.
 
 pub mod cli;
+pub mod copilot_rules;
 pub mod fake;
 pub mod fake_cli;
 mod replies;

@@ -107,6 +107,7 @@ impl Upstream for AnthropicUpstream {
                     max_context_window: None,
                     // Every Claude model reads images.
                     supports_vision: true,
+                    ..CatalogModel::default()
                 })
                 .collect(),
             strict: false,

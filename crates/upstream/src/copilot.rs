@@ -8,6 +8,7 @@ use crate::{
 };
 use async_trait::async_trait;
 use claude_host_protocol::models::{CopilotModel, claude_models};
+use claude_host_protocol::request_kind::RequestKind;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use serde::Deserialize;
@@ -424,7 +425,7 @@ impl CopilotUpstream {
             ("x-request-id", uuid::Uuid::new_v4().to_string()),
             ("x-github-api-version", id.capi_api_version.clone()),
             ("openai-intent", "messages-proxy".to_owned()),
-            ("x-interaction-type", "messages-proxy".to_owned()),
+            ("x-interaction-type", interaction_type(call.kind).to_owned()),
             ("x-initiator", call.initiator.as_str().to_owned()),
             ("copilot-integration-id", id.integration_id.clone()),
             ("editor-version", id.editor_version.clone()),
@@ -452,6 +453,16 @@ impl CopilotUpstream {
     }
 }
 
+/// What Copilot's other clients send as `X-Interaction-Type` for a request of this kind:
+/// compaction and subagent calls are told apart so Copilot can account them as such.
+fn interaction_type(kind: RequestKind) -> &'static str {
+    match kind {
+        RequestKind::Compaction => "conversation-compaction",
+        RequestKind::Subagent => "conversation-subagent",
+        _ => "messages-proxy",
+    }
+}
+
 #[async_trait]
 impl Upstream for CopilotUpstream {
     fn name(&self) -> &'static str {
@@ -471,6 +482,9 @@ impl Upstream for CopilotUpstream {
                 max_output_tokens: m.limit("max_output_tokens"),
                 max_context_window: m.limit("max_context_window_tokens"),
                 supports_vision: m.supports("vision"),
+                adaptive_thinking: m.supports("adaptive_thinking"),
+                thinking_budget: m.thinking_budget(),
+                premium: m.is_premium(),
                 upstream_id: m.id,
             })
             .collect();
@@ -499,6 +513,13 @@ impl Upstream for CopilotUpstream {
 
     fn filters_betas(&self) -> bool {
         true
+    }
+
+    async fn quota_reset(&self) -> Option<String> {
+        let info = self.user_info().await.ok()?;
+        info.get("quota_reset_date")
+            .and_then(|d| d.as_str())
+            .map(str::to_owned)
     }
 }
 

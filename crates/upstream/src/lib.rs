@@ -38,7 +38,7 @@ pub(crate) fn header_map(pairs: &[(&'static str, String)]) -> http::HeaderMap {
 }
 
 /// One model an upstream offers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CatalogModel {
     /// The id the upstream expects in requests.
     pub upstream_id: String,
@@ -58,6 +58,26 @@ pub struct CatalogModel {
     pub max_context_window: Option<u64>,
     /// Whether it takes images.
     pub supports_vision: bool,
+    /// Whether it thinks adaptively (and refuses `thinking.type: enabled`).
+    pub adaptive_thinking: bool,
+    /// The thinking budget range for `thinking.type: enabled`, when known.
+    pub thinking_budget: Option<(u64, u64)>,
+    /// Whether a request to it spends a premium request (`billing.is_premium`), when known.
+    pub premium: Option<bool>,
+}
+
+impl CatalogModel {
+    /// What the model accepts, for fitting requests to it.
+    pub fn rules(&self) -> claude_host_protocol::adapt::ModelRules {
+        claude_host_protocol::adapt::ModelRules {
+            model: self.upstream_id.clone(),
+            max_output_tokens: self.max_output_tokens,
+            supports_vision: self.supports_vision,
+            adaptive_thinking: self.adaptive_thinking,
+            thinking_budget: self.thinking_budget,
+            effort_levels: self.effort_levels.clone(),
+        }
+    }
 }
 
 /// The models an upstream offers and how requested ids are matched to them.
@@ -189,6 +209,11 @@ pub trait Upstream: Send + Sync + 'static {
     /// Whether `anthropic-beta` must be filtered through the allowlist for this upstream.
     fn filters_betas(&self) -> bool {
         false
+    }
+
+    /// When used-up premium requests come back (a date), if the upstream knows.
+    async fn quota_reset(&self) -> Option<String> {
+        None
     }
 }
 

@@ -187,6 +187,7 @@ impl Upstream for ReplayUpstream {
                     max_context_window: None,
                     // Every Claude model reads images.
                     supports_vision: true,
+                    ..CatalogModel::default()
                 })
                 .collect(),
             strict: false,

@@ -1193,3 +1193,20 @@ async fn three_prompts_with_tools_and_a_subagent_are_three_premium_requests() {
     );
     assert_eq!(reqs.len(), 6, "{by:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn used_up_premium_requests_end_the_turn_with_the_reset_date() {
+    let e = env().await;
+    answer_always(&e, "Never sent.");
+    e.fake.exhaust_premium(true);
+    let (mut c, model, chat) = session_ready(&e).await;
+    let turn = start_turn(&mut c, &chat, "hello", &model).await;
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/error", "{end}");
+    let message = end["action"]["part"]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("premium requests are used up"),
+        "{message}"
+    );
+    assert!(message.contains("2026-12-01"), "{message}");
+}

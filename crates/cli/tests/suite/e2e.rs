@@ -777,3 +777,171 @@ async fn claude_print_mode_bills_exactly_its_three_prompts_in_auto_mode() {
     assert!(hooked, "claude-host claude installs its prompt hook");
     assert_three_premium_requests(&h).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn used_up_premium_requests_are_said_plainly_in_claude_and_run() {
+    let h = Host::new().await;
+    h.fake.push(rule(Match::Always, Reply::text("Answered.")));
+    h.fake.exhaust_premium(true);
+    let mut c = h.cmd();
+    c.args(["claude", "-p", "hello"]);
+    let out = blocking(move || run(c)).await;
+    assert!(!out.status.success());
+    let said = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("premium requests are used up"), "{said}");
+    assert!(said.contains("2026-12-01"), "the reset date: {said}");
+    let mut c = h.cmd();
+    c.args(["run", "hello"]);
+    let out = blocking(move || run(c)).await;
+    assert!(!out.status.success());
+    let said = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("premium requests are used up"), "{said}");
+    assert!(said.contains("2026-12-01"), "the reset date: {said}");
+    // Claude Code does not retry a billing error: one refused request each.
+    assert_eq!(h.fake.message_requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_fallback_model_the_turn_completes_on_it_and_says_so() {
+    let h = Host::new().await;
+    h.fake.push(rule(
+        Match::Always,
+        Reply::text("Answered by the fallback."),
+    ));
+    h.fake.exhaust_premium(true);
+    let mut c = h.cmd();
+    c.args([
+        "--quota-fallback-model",
+        "claude-haiku-5-5",
+        "run",
+        "--json",
+        "hello",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    let usage: Value = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "chat/usage")
+        .unwrap();
+    assert_eq!(usage["usage"]["model"], "claude-haiku-5-5", "{usage}");
+    let models: Vec<String> = h
+        .fake
+        .message_requests()
+        .iter()
+        .map(|r| r.json()["model"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(models, ["claude-opus-5.5", "claude-haiku-5.5"]);
+}
+
+/// Four prompts of about 30,000 tokens each, Copilot's prompt limit 110,000 tokens (far below
+/// the million Claude Code assumes for the model); `window` overrides the compaction window
+/// claude-host sets. Every prompt must succeed; returns each request's prompt tokens.
+async fn grow_past_the_limit(window: Option<&str>) -> (Vec<u64>, bool) {
+    let mut config = claude_host_testkit::fake::FakeConfig::default();
+    for m in &mut config.models {
+        if m["capabilities"]["limits"].is_object() {
+            m["capabilities"]["limits"]["max_prompt_tokens"] = json!(110_000);
+        }
+    }
+    let h = Host::on(
+        claude_host_testkit::fake::FakeUpstream::start_with(config)
+            .await
+            .unwrap(),
+    );
+    h.fake.push(Rule {
+        when: Match::LastUserContains("detailed summary of the conversation".into()),
+        reply: Reply::text(
+            "<analysis>Long logs.</analysis>\n<summary>The user pasted four logs.</summary>",
+        ),
+        times: Some(usize::MAX),
+    });
+    h.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("Noted."),
+        times: Some(usize::MAX),
+    });
+    let mut seed: u64 = 7;
+    let mut log = |n: usize| -> String {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from_digit((seed % 16) as u32, 16).unwrap()
+            })
+            .collect()
+    };
+    let mut session: Option<String> = None;
+    for i in 0..4 {
+        let prompt = format!("log {i}: {}", log(52_000));
+        let mut c = h.cmd();
+        c.args(["claude", "-p", &prompt, "--output-format", "json"]);
+        if let Some(w) = window {
+            c.env("CLAUDE_CODE_AUTO_COMPACT_WINDOW", w);
+        }
+        if let Some(id) = &session {
+            c.args(["--resume", id]);
+        }
+        let out = blocking(move || c.output().unwrap()).await;
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(v["is_error"], false, "prompt {i}: {v}");
+        session = v["session_id"].as_str().map(str::to_owned);
+    }
+    let reqs = h.fake.message_requests();
+    let compacted = reqs.iter().any(|r| {
+        r.last_user_text()
+            .contains("detailed summary of the conversation")
+    });
+    let tokens = reqs
+        .iter()
+        .map(|r| claude_host_testkit::copilot_rules::prompt_tokens(&r.json()))
+        .collect();
+    (tokens, compacted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_growing_past_copilots_prompt_limit_compacts_before_it() {
+    let (tokens, compacted) = grow_past_the_limit(None).await;
+    assert!(compacted, "Claude Code compacted: {tokens:?}");
+    assert!(
+        tokens.iter().all(|t| *t <= 110_000),
+        "never over the limit: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copilots_prompt_limit_error_makes_claude_code_compact_and_retry() {
+    // The user's own window, far too large: the prompt goes over, Copilot refuses it, and
+    // the refusal restated as "prompt is too long" makes Claude Code compact and retry.
+    let (tokens, compacted) = grow_past_the_limit(Some("1000000")).await;
+    assert!(tokens.iter().any(|t| *t > 110_000), "{tokens:?}");
+    assert!(compacted, "{tokens:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_claude_host_drives_have_no_web_search_behind_copilot() {
+    let h = Host::new().await;
+    h.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("ok"),
+        times: Some(usize::MAX),
+    });
+    // Claude Code offers WebSearch (a server tool Copilot refuses) when nobody stops it…
+    let mut c = h.cmd();
+    c.args(["claude", "-p", "hello"]);
+    assert!(blocking(move || run(c)).await.status.success());
+    // …and a session claude-host runs does not offer it.
+    let mut c = h.cmd();
+    c.args(["run", "hello"]);
+    assert!(blocking(move || run(c)).await.status.success());
+    let reqs = h.fake.message_requests();
+    assert_eq!(reqs.len(), 2);
+    // The deferred tools Claude Code lists for ToolSearch, one per line.
+    let listed = |r: &claude_host_testkit::fake::CapturedRequest| {
+        String::from_utf8_lossy(&r.body).contains(r"\nWebSearch\n")
+    };
+    assert!(listed(&reqs[0]));
+    assert!(!listed(&reqs[1]));
+}

@@ -2,12 +2,11 @@
 //! billed as the user's (`X-Initiator: user`) and which as the agent's. A CLI update that
 //! changes a shape fails here (docs/PROXY.md has the table).
 
+use super::claude::{StreamJson, cli, output, user_line};
 use super::*;
 use claude_host_protocol::request_kind::RequestKind;
 use claude_host_proxy::PromptSource;
 use claude_host_testkit::fake::{CapturedRequest, Match, Reply, Rule};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 
 fn rule(when: Match, reply: Reply) -> Rule {
     Rule {
@@ -15,33 +14,6 @@ fn rule(when: Match, reply: Reply) -> Rule {
         reply,
         times: None,
     }
-}
-
-/// The real CLI, hermetic, pointed at the proxy as session `session`.
-fn cli(e: &Env, home: &std::path::Path, session: &str) -> Command {
-    let mut c = Command::new(claude_host_testkit::cli::pinned_cli().unwrap());
-    std::fs::create_dir_all(home.join("work")).unwrap();
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("ANTHROPIC_BASE_URL", e.proxy.base_url())
-        .env("ANTHROPIC_AUTH_TOKEN", e.proxy.auth_token(session))
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .current_dir(home.join("work"))
-        .stdin(Stdio::null());
-    c
-}
-
-async fn output(mut c: Command) -> std::process::Output {
-    let out = tokio::task::spawn_blocking(move || c.output().unwrap())
-        .await
-        .unwrap();
-    eprintln!(
-        "--- stdout\n{}\n--- stderr\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn initiators(reqs: &[CapturedRequest]) -> Vec<String> {
@@ -104,6 +76,18 @@ async fn a_subagents_prompt_is_the_agents() {
     let reqs = e.fake.message_requests();
     assert_eq!(initiators(&reqs), ["user", "agent", "agent"]);
     assert!(reqs[1].last_user_text().contains("SUBPROMPT"));
+    let interaction: Vec<_> = reqs
+        .iter()
+        .map(|r| r.header("x-interaction-type"))
+        .collect();
+    assert_eq!(
+        interaction,
+        [
+            Some("messages-proxy"),
+            Some("conversation-subagent"),
+            Some("messages-proxy")
+        ]
+    );
     assert_eq!(
         kinds(&e, "s2"),
         count(&[
@@ -135,77 +119,16 @@ async fn compaction_is_the_agents() {
     let mut c = cli(&e, home.path(), "s3");
     c.args(["-p", "/compact", "--resume", &id]);
     assert!(output(c).await.status.success());
-    assert_eq!(initiators(&e.fake.message_requests()), ["user", "agent"]);
+    let reqs = e.fake.message_requests();
+    assert_eq!(initiators(&reqs), ["user", "agent"]);
+    assert_eq!(
+        reqs[1].header("x-interaction-type"),
+        Some("conversation-compaction")
+    );
     assert_eq!(
         kinds(&e, "s3"),
         count(&[(RequestKind::Prompt, 1), (RequestKind::Compaction, 1)])
     );
-}
-
-/// A CLI in stream-json mode, as claude-host drives it.
-struct StreamJson {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<Value>,
-}
-
-impl StreamJson {
-    fn start(mut c: Command) -> StreamJson {
-        c.args([
-            "--input-format",
-            "stream-json",
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--permission-mode",
-            "acceptEdits",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-        let mut child = c.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && tx.send(v).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        StreamJson { child, lines }
-    }
-
-    fn send(&mut self, v: Value) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{v}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Waits (off the runtime) for a frame `pred` accepts.
-    async fn wait(&mut self, what: &str, pred: impl Fn(&Value) -> bool + Send + 'static) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match tokio::task::block_in_place(|| self.lines.recv_timeout(left)) {
-                Ok(v) if pred(&v) => return v,
-                Ok(_) => {}
-                Err(e) => panic!("no {what} frame: {e}"),
-            }
-        }
-    }
-}
-
-impl Drop for StreamJson {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn user_line(text: &str) -> Value {
-    json!({"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": null, "session_id": ""})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

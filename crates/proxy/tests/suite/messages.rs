@@ -159,7 +159,7 @@ async fn model_forms_resolve_to_copilot_ids() {
 #[tokio::test]
 async fn body_is_forwarded_unchanged_except_the_model() {
     let e = env().await;
-    let body = r##"{"model":"claude-opus-5-5","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"# Environment","output_config":{"effort":"medium"}}],"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.330"}],"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"s\"}"},"max_tokens":128000,"thinking":{"type":"adaptive","display":"updates"},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"output_config":{"effort":"medium"},"future_field":{"nested":[1.50,true,null]},"stream":true}"##;
+    let body = r##"{"model":"claude-opus-5-5","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"# Environment","output_config":{"effort":"medium"}}],"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.330"}],"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"s\"}"},"max_tokens":64000,"thinking":{"type":"adaptive","display":"updates"},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"output_config":{"effort":"medium"},"future_field":{"nested":[1.50,true,null]},"stream":true}"##;
     let resp = e
         .post("/v1/messages?beta=true")
         .header("content-type", "application/json")
@@ -484,7 +484,8 @@ async fn count_tokens_is_a_marked_local_estimate() {
         small["input_tokens"].as_u64().unwrap(),
         big["input_tokens"].as_u64().unwrap(),
     );
-    assert!(s > 0 && b > 6000 && b < 8000, "{s} {b}");
+    // 4,000 words, one token each, as o200k counts them.
+    assert!(s > 0 && (4000..4100).contains(&b), "{s} {b}");
     let bad = e
         .post("/v1/messages/count_tokens")
         .body("nope")

@@ -1,4 +1,7 @@
 mod auth;
+mod claude;
+mod copilot;
+mod copilot_cli;
 mod initiator;
 mod messages;
 mod streaming;

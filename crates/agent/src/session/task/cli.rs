@@ -124,6 +124,15 @@ impl Task {
         self.pump_later();
     }
 
+    /// The prompt limit of the session's model (the default model's when none is chosen).
+    fn compact_window(&self) -> Option<i64> {
+        let model = self.settings.model.as_deref();
+        self.models
+            .iter()
+            .find(|m| model.is_none_or(|id| m.id == id))
+            .and_then(|m| m.max_prompt_tokens)
+    }
+
     pub(super) fn start_cli(&mut self) {
         self.generation += 1;
         self.materializations += 1;
@@ -144,6 +153,12 @@ impl Task {
         if self.allow_bypass {
             // The CLI refuses bypassPermissions as root without this exact value.
             opts.extra_env.push(("IS_SANDBOX".into(), "1".into()));
+        }
+        if let Some(window) = self.compact_window() {
+            // The CLI compacts against its own idea of the context window; the upstream's
+            // prompt limit (Copilot's is often far smaller) is the one that fails a turn.
+            opts.extra_env
+                .push(("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), window.to_string()));
         }
         self.cli_settings = self.settings.clone();
         let tx = self.internal_tx.clone();
