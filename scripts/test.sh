@@ -23,6 +23,21 @@ if ! "${CLI_BIN}" --version 2>/dev/null | grep -q "^${CLI_VERSION}"; then
 fi
 export CLAUDE_HOST_TEST_CLI="${CLI_BIN}"
 
+# The store's tests run real PostgreSQL: each test binary starts a private cluster from the
+# server binaries (initdb into a temporary directory, its own port on 127.0.0.1), so only the
+# binaries are needed, not a running service.
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && [ -z "${CLAUDE_HOST_TEST_PG_BIN:-}" ] \
+    && ! command -v pg_config >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "Installing PostgreSQL for the tests"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null \
+      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+  else
+    echo "PostgreSQL's server binaries are required for the tests (apt install postgresql, or set CLAUDE_HOST_TEST_PG_BIN)" >&2
+    exit 1
+  fi
+fi
+
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
 cargo test --workspace --doc 2>&1 | tee -a "$LOG"

@@ -63,6 +63,34 @@ pub enum AgentError {
     /// The agent has been shut down.
     #[error("the agent is shut down")]
     ShutDown,
+    /// Another host drives the session (its lease has not run out).
+    #[error(
+        "session {session_id} is held by {holder} since {since}; it is free once that host closes it or its lease runs out ({expires})"
+    )]
+    Held {
+        /// The session.
+        session_id: String,
+        /// Who holds it.
+        holder: String,
+        /// Since when (RFC 3339).
+        since: String,
+        /// When the lease runs out unless renewed (RFC 3339).
+        expires: String,
+    },
+}
+
+/// Sessions kept in a shared store (PostgreSQL, or a SQLite file given by URL): transcripts
+/// mirrored into it, sessions restored from it on any host, one host driving a session at a
+/// time.
+#[derive(Debug, Clone)]
+pub struct Durable {
+    /// The database.
+    pub db: claude_host_store::Database,
+    /// This host's name in leases and listings (unique per running host).
+    pub host: String,
+    /// How long a lease lasts without renewal (renewed at a third of it while the session is
+    /// open).
+    pub lease_ttl: Duration,
 }
 
 /// How the agent runs sessions.
@@ -86,6 +114,8 @@ pub struct AgentConfig {
     pub idle_eviction: Duration,
     /// Tools no session may use (`WebSearch` behind Copilot, which refuses its server tool).
     pub disallowed_tools: Vec<String>,
+    /// A shared store for transcripts and leases (`None`: transcripts stay local).
+    pub durable: Option<Durable>,
 }
 
 impl AgentConfig {
@@ -101,6 +131,7 @@ impl AgentConfig {
             abort_grace: Duration::from_secs(5),
             idle_eviction: Duration::from_secs(600),
             disallowed_tools: Vec::new(),
+            durable: None,
         }
     }
 }
@@ -189,6 +220,7 @@ pub struct Agent {
     config: AgentConfig,
     models: Arc<dyn ModelAccess>,
     store: Option<Arc<dyn Store>>,
+    mirror: Option<crate::mirror::Mirror>,
     // The one registry. Held only to look up, insert or remove a handle (never across an
     // await): every session operation then goes to the session's own task.
     registry: Arc<Mutex<Registry>>,
@@ -216,10 +248,22 @@ impl Agent {
         store: Option<Arc<dyn Store>>,
     ) -> Agent {
         let (notices, _) = broadcast::channel(1024);
+        let mirror = config.durable.as_ref().and_then(|d| {
+            let projects = claude_host_sdk::transcripts::config_dir(
+                config.config_dir.as_deref(),
+                &config.extra_env,
+            )?
+            .join("projects");
+            Some(crate::mirror::Mirror::start(
+                d.db.transcripts.clone(),
+                projects,
+            ))
+        });
         Agent {
             config,
             models,
             store,
+            mirror,
             registry: Arc::new(Mutex::new(Registry::default())),
             seq: Sequence::default(),
             notices,
@@ -408,7 +452,161 @@ impl Agent {
             notices: self.notices.clone(),
             live_tasks: self.live_tasks.clone(),
             prompts: self.models.prompts(),
+            durable: self
+                .config
+                .durable
+                .as_ref()
+                .zip(self.mirror.as_ref())
+                .map(|(d, m)| crate::session::SessionDurable {
+                    mirror: m.clone(),
+                    host: d.host.clone(),
+                }),
         }
+    }
+
+    /// The transcript mirror, when the host keeps sessions in a shared store.
+    pub fn mirror(&self) -> Option<&crate::mirror::Mirror> {
+        self.mirror.as_ref()
+    }
+
+    /// Takes the session's lease for this host, or says who holds it. A store that cannot be
+    /// reached does not stop the session (logged): the lease guards against two drivers, not
+    /// against the database being down.
+    async fn take_lease(&self, id: &str) -> Result<(), AgentError> {
+        let Some(d) = &self.config.durable else {
+            return Ok(());
+        };
+        match d.db.leases.acquire(id, &d.host, d.lease_ttl).await {
+            Ok(_) => Ok(()),
+            Err(claude_host_store::StoreError::Held {
+                session_id,
+                holder,
+                since,
+                expires,
+            }) => {
+                tracing::info!(session = %id, %holder, "the session is held by another host");
+                Err(AgentError::Held {
+                    session_id,
+                    holder,
+                    since,
+                    expires,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "cannot take the session's lease; going on without it");
+                Ok(())
+            }
+        }
+    }
+
+    /// Renews the lease of a live session until it closes, then gives it up.
+    fn keep_lease(&self, handle: &SessionHandle) {
+        let Some(d) = self.config.durable.clone() else {
+            return;
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let id = handle.id().to_owned();
+            let every = (d.lease_ttl / 3).max(Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    () = handle.closed() => break,
+                    () = tokio::time::sleep(every) => {
+                        match d.db.leases.acquire(&id, &d.host, d.lease_ttl).await {
+                            Ok(_) => {}
+                            Err(claude_host_store::StoreError::Held { holder, .. }) => {
+                                tracing::error!(session = %id, %holder, "another host took the session's lease (this host could not renew it in time); closing the session here");
+                                handle.close().await;
+                                return;
+                            }
+                            Err(e) => tracing::warn!(session = %id, error = %e, "cannot renew the session's lease"),
+                        }
+                    }
+                }
+            }
+            if let Err(e) = d.db.leases.release(&id, &d.host).await {
+                tracing::warn!(session = %id, error = %e, "cannot release the session's lease; it runs out by itself");
+            }
+        });
+    }
+
+    /// Brings a session's transcript from the shared store into the CLI's projects folder when
+    /// this host's copy is missing or shorter (the session ran elsewhere); marks it for a
+    /// catch-up when this host's copy is longer (the store was down).
+    async fn materialize(&self, id: &str) {
+        let (Some(d), Some(config)) = (&self.config.durable, self.config_dir()) else {
+            return;
+        };
+        if let Err(e) = self.try_materialize(d, &config.join("projects"), id).await {
+            tracing::warn!(session = %id, error = %e, "cannot bring the session from the shared store; using this host's copy");
+        }
+    }
+
+    async fn try_materialize(
+        &self,
+        d: &Durable,
+        projects: &std::path::Path,
+        id: &str,
+    ) -> Result<(), String> {
+        use claude_host_store::TranscriptKey;
+        let t = &d.db.transcripts;
+        let Some(project) = t.project_of(id).await.map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        let main = TranscriptKey::main(&project, id);
+        let stored = t.count(&main).await.map_err(|e| e.to_string())?;
+        let path = crate::mirror::file_for(projects, &main);
+        let local_path = path.clone();
+        let local = tokio::task::spawn_blocking(move || crate::mirror::mirrored_lines(&local_path))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?
+            .len() as u64;
+        if local > stored {
+            if let Some(m) = &self.mirror {
+                m.catch_up(path);
+            }
+            return Ok(());
+        }
+        if local == stored {
+            return Ok(());
+        }
+        let mut files = vec![(path, t.load(&main).await.map_err(|e| e.to_string())?)];
+        for sub in t
+            .list_subkeys(&project, id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            let key = TranscriptKey {
+                subpath: Some(sub),
+                ..main.clone()
+            };
+            files.push((
+                crate::mirror::file_for(projects, &key),
+                t.load(&key).await.map_err(|e| e.to_string())?,
+            ));
+        }
+        let count = files.len();
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            for (path, lines) in files {
+                let Some(lines) = lines else { continue };
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                let mut text = lines.join("\n");
+                text.push('\n');
+                // Written whole or not at all: a CLI must never resume half a transcript.
+                let tmp = path.with_extension("jsonl.claude-host-tmp");
+                std::fs::write(&tmp, text)?;
+                std::fs::rename(&tmp, &path)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        tracing::info!(session = %id, project = %project, entries = stored, files = count, "brought the session from the shared store");
+        Ok(())
     }
 
     /// Creates a session: provisional (no process, nothing written) unless `warm`.
@@ -469,6 +667,7 @@ impl Agent {
             },
             None,
         );
+        self.take_lease(&id).await?;
         let handle = {
             let mut reg = lock(&self.registry);
             if reg.by_id.contains_key(&id) {
@@ -478,6 +677,7 @@ impl Agent {
             reg.insert(handle.clone());
             handle
         };
+        self.keep_lease(&handle);
         let now = now_rfc3339();
         let _ = self
             .notices
@@ -545,6 +745,24 @@ impl Agent {
         if uuid::Uuid::parse_str(id).is_err() {
             return Err(AgentError::UnknownSession(id.to_owned()));
         }
+        self.take_lease(id).await?;
+        self.materialize(id).await;
+        let opened = self.restore(id).await;
+        match &opened {
+            Ok(handle) => self.keep_lease(handle),
+            Err(_) => {
+                if let Some(d) = &self.config.durable
+                    && self.session(id).is_none()
+                    && let Err(e) = d.db.leases.release(id, &d.host).await
+                {
+                    tracing::debug!(session = %id, error = %e, "cannot release the lease");
+                }
+            }
+        }
+        opened
+    }
+
+    async fn restore(&self, id: &str) -> Result<SessionHandle, AgentError> {
         let config = self
             .config_dir()
             .ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?;
@@ -714,6 +932,7 @@ impl Agent {
                     reg.by_uri.clear();
                     reg.by_id.drain().map(|(_, s)| s).collect()
                 };
+                let ids: Vec<String> = sessions.iter().map(|s| s.id().to_owned()).collect();
                 let mut closing = tokio::task::JoinSet::new();
                 for s in sessions {
                     closing.spawn(async move { s.close().await });
@@ -721,6 +940,20 @@ impl Agent {
                 while closing.join_next().await.is_some() {}
                 // Children die before the proxy they talk to.
                 self.models.shutdown().await;
+                // What the CLIs wrote last reaches the shared store (bounded: a database that
+                // does not answer is caught up from the local files by the next host run).
+                if let Some(m) = &self.mirror
+                    && tokio::time::timeout(Duration::from_secs(10), m.flush())
+                        .await
+                        .is_err()
+                {
+                    tracing::warn!("the session store did not take the last transcript lines in time; they stay in the local files");
+                }
+                if let Some(d) = &self.config.durable {
+                    for id in ids {
+                        let _ = d.db.leases.release(&id, &d.host).await;
+                    }
+                }
             })
             .await;
     }

@@ -13,6 +13,7 @@ pub mod completions;
 pub mod config;
 pub mod listing;
 pub mod mapper;
+pub mod mirror;
 pub mod models;
 pub mod outbox;
 pub mod questions;
@@ -20,7 +21,7 @@ pub mod restore;
 mod session;
 
 pub use agent::{
-    AHP_SESSION_PREFIX, Agent, AgentConfig, AgentError, CLAUDE_SESSION_PREFIX, NewSession,
+    AHP_SESSION_PREFIX, Agent, AgentConfig, AgentError, CLAUDE_SESSION_PREFIX, Durable, NewSession,
     default_uris, session_id_of, uris_for,
 };
 pub use listing::SessionListing;

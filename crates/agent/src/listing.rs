@@ -160,6 +160,7 @@ mod tests {
             updated_at: 20_000,
             archived: true,
             read: true,
+            host: None,
         };
         let live = Live {
             id: "b".into(),

@@ -79,6 +79,15 @@ fn agent_error(e: AgentError) -> RpcError {
         AgentError::SessionExists(s) => {
             RpcError::new(code::SESSION_ALREADY_EXISTS, format!("session {s} exists"))
         }
+        AgentError::Held {
+            ref holder,
+            ref since,
+            ref expires,
+            ..
+        } => {
+            let data = json!({ "heldBy": holder, "since": since, "expires": expires });
+            RpcError::new(code::PERMISSION_DENIED, e.to_string()).with_data(data)
+        }
         e @ (AgentError::UnknownModel { .. } | AgentError::Invalid(_)) => {
             RpcError::invalid_params(e.to_string())
         }

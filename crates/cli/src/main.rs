@@ -5,6 +5,7 @@ mod run;
 mod serve;
 mod sessions;
 mod setup;
+mod transfer;
 mod usage;
 
 use clap::{Parser, Subcommand};
@@ -88,7 +89,7 @@ fn main() -> ExitCode {
             Command::Claude(args) => commands::claude(&ctx, args).await,
             Command::InstallCli { force } => commands::install_cli(&ctx, force).await,
             Command::Doctor => commands::doctor(&ctx).await,
-            Command::Sessions(args) => sessions::run(&ctx.home, args).await,
+            Command::Sessions(args) => sessions::run(&ctx, args).await,
             Command::Run(args) => run::run(&ctx, args).await,
             Command::Serve(args) => serve::serve(&ctx, args).await,
         }

@@ -1,4 +1,5 @@
-//! `claude-host sessions`: list, show, fork and remove Claude Code sessions on disk.
+//! `claude-host sessions`: list, show, fork, remove, export and import Claude Code sessions
+//! (on disk, and in the shared database when one is configured).
 
 use anyhow::Context as _;
 use claude_host_sdk::transcripts::{self, SessionSummary};
@@ -46,10 +47,28 @@ enum SessionsCommand {
         #[arg(long, value_name = "UUID")]
         at: Option<String>,
     },
-    /// Delete a session's transcript.
+    /// Delete a session's transcript (and, with a shared database, its copy there).
     Rm {
         /// Session id.
         id: String,
+    },
+    /// Write a session (transcript, subagent transcripts, the host's record) as JSONL, to
+    /// move it by hand.
+    Export {
+        /// Session id.
+        id: String,
+        /// Where to write (default: stdout).
+        #[arg(long, short, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Read a session written by `export` into Claude Code's projects folder (and the shared
+    /// database, when one is configured), so it can be resumed here.
+    Import {
+        /// The export file (`-`: stdin).
+        file: PathBuf,
+        /// Replace a session of the same id already here.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -69,15 +88,24 @@ fn summary_json(s: &SessionSummary) -> Value {
            "messages": s.message_count, "path": s.path})
 }
 
-/// The host's overlay records, when its store exists (listing never creates it).
-async fn overlay(home: &std::path::Path) -> HashMap<String, SessionRecord> {
-    let path = home.join("sessions.sqlite");
-    if !path.exists() {
-        return HashMap::new();
-    }
-    let records = match claude_host_store::SqliteStore::open(&path).await {
-        Ok(store) => store.list(true).await,
-        Err(e) => Err(e),
+/// The host's overlay records: the shared database's, or the local store's when it exists
+/// (listing never creates it).
+async fn overlay(
+    home: &std::path::Path,
+    db: Option<&claude_host_store::Database>,
+) -> HashMap<String, SessionRecord> {
+    let records = match db {
+        Some(db) => db.metadata.list(true).await,
+        None => {
+            let path = home.join("sessions.sqlite");
+            if !path.exists() {
+                return HashMap::new();
+            }
+            match claude_host_store::SqliteStore::open(&path).await {
+                Ok(store) => store.list(true).await,
+                Err(e) => Err(e),
+            }
+        }
     };
     match records {
         Ok(r) => r.into_iter().map(|r| (r.id.clone(), r)).collect(),
@@ -88,13 +116,44 @@ async fn overlay(home: &std::path::Path) -> HashMap<String, SessionRecord> {
     }
 }
 
-pub(crate) async fn run(home: &std::path::Path, args: SessionsArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(
+    ctx: &crate::setup::Context,
+    args: SessionsArgs,
+) -> anyhow::Result<ExitCode> {
+    let home = ctx.home.as_path();
     let dir = config_dir(&args)?;
+    let db = ctx.database().await?;
     match &args.command {
+        SessionsCommand::Export { id, out } => {
+            let store = crate::setup::open_store(home, db.as_ref()).await?;
+            return crate::transfer::export(&dir, db.as_ref(), store, id, out.as_deref()).await;
+        }
+        SessionsCommand::Import { file, force } => {
+            let store = crate::setup::open_store(home, db.as_ref()).await?;
+            return crate::transfer::import(&dir, db.as_ref(), store, file, *force, args.json)
+                .await;
+        }
         SessionsCommand::List { cwd, limit } => {
             let mut all = transcripts::list_sessions(&dir, cwd.as_deref())?;
             all.truncate(*limit);
-            let host = overlay(home).await;
+            let host = overlay(home, db.as_ref()).await;
+            // Sessions only the shared database has (run on other hosts).
+            let elsewhere: Vec<&SessionRecord> = {
+                let here: std::collections::HashSet<&str> =
+                    all.iter().map(|s| s.session_id.as_str()).collect();
+                let mut v: Vec<&SessionRecord> = host
+                    .values()
+                    .filter(|r| !here.contains(r.id.as_str()))
+                    .filter(|r| {
+                        cwd.is_none()
+                            || cwd.as_deref().map(|c| c.display().to_string())
+                                == Some(r.cwd.clone())
+                    })
+                    .collect();
+                v.sort_by_key(|r| std::cmp::Reverse(r.updated_at));
+                v.truncate(limit.saturating_sub(all.len()));
+                v
+            };
             // The one merge of transcripts and overlay, as `serve` lists them.
             let merged: HashMap<String, claude_host_agent::SessionListing> =
                 claude_host_agent::listing::merge(
@@ -119,13 +178,20 @@ pub(crate) async fn run(home: &std::path::Path, args: SessionsArgs) -> anyhow::R
                         let mut v = summary_json(s);
                         if let Some(r) = host.get(&s.session_id) {
                             v["host"] = json!({"model": r.model, "effort": r.effort,
-                                "permission_mode": r.permission_mode, "archived": r.archived});
+                                "permission_mode": r.permission_mode, "archived": r.archived,
+                                "last_host": r.host});
                         }
                         v
                     })
+                    .chain(elsewhere.iter().map(|r| {
+                        json!({"id": r.id, "summary": r.title.clone().unwrap_or_default(), "cwd": r.cwd,
+                               "modified": r.updated_at / 1000, "local": false,
+                               "host": {"model": r.model, "effort": r.effort, "permission_mode": r.permission_mode,
+                                        "archived": r.archived, "last_host": r.host}})
+                    }))
                     .collect();
                 println!("{}", json!({ "sessions": sessions }));
-            } else if all.is_empty() {
+            } else if all.is_empty() && elsewhere.is_empty() {
                 println!("No sessions under {}.", dir.join("projects").display());
             } else {
                 for s in &all {
@@ -139,6 +205,26 @@ pub(crate) async fn run(home: &std::path::Path, args: SessionsArgs) -> anyhow::R
                         s.message_count,
                         s.cwd.as_deref().unwrap_or("?"),
                         s.summary.chars().take(60).collect::<String>()
+                    );
+                }
+                for r in &elsewhere {
+                    let age = u64::try_from(
+                        claude_host_protocol::time::now_millis().saturating_sub(r.updated_at),
+                    )
+                    .unwrap_or(0)
+                        / 1000;
+                    println!(
+                        "{}  {:>6}  (on {})  {}  {}",
+                        r.id,
+                        ago(age),
+                        r.host.as_deref().unwrap_or("another host"),
+                        r.cwd,
+                        r.title
+                            .as_deref()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(60)
+                            .collect::<String>()
                     );
                 }
             }
@@ -171,9 +257,22 @@ pub(crate) async fn run(home: &std::path::Path, args: SessionsArgs) -> anyhow::R
             }
         }
         SessionsCommand::Rm { id } => {
-            transcripts::delete_session(&dir, id)?;
+            if let Some(db) = &db {
+                if let Some(project) = db.transcripts.project_of(id).await? {
+                    db.transcripts
+                        .delete(&claude_host_store::TranscriptKey::main(&project, id))
+                        .await?;
+                }
+                db.metadata.delete(id).await?;
+                match transcripts::delete_session(&dir, id) {
+                    Ok(()) | Err(transcripts::TranscriptError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                transcripts::delete_session(&dir, id)?;
+            }
             let store_path = home.join("sessions.sqlite");
-            if store_path.exists() {
+            if db.is_none() && store_path.exists() {
                 let store = claude_host_store::SqliteStore::open(&store_path).await?;
                 store.delete(id).await?;
             }

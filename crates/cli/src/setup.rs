@@ -88,6 +88,37 @@ pub(crate) struct GlobalOpts {
         value_name = "MODEL"
     )]
     pub quota_fallback_model: Option<String>,
+    /// Keep sessions in this database (`postgres://user:password@host/db`, or
+    /// `sqlite://PATH`) so they can be resumed on any host that uses it: transcripts are
+    /// mirrored into it and one host drives a session at a time. Prefer the environment
+    /// variable or `--database-url-file`: a URL on the command line is visible in `ps`.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub database_url: Option<String>,
+    /// Read the database URL from this file (its first line).
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_DATABASE_URL_FILE",
+        value_name = "FILE",
+        conflicts_with = "database_url"
+    )]
+    pub database_url_file: Option<PathBuf>,
+    /// How long a host's hold on a session lasts without renewal (it renews at a third of
+    /// this while the session is open); another host may take the session after that.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_SESSION_LEASE_SECS",
+        value_name = "SECONDS",
+        default_value_t = 30
+    )]
+    pub session_lease_secs: u64,
     /// Log filter (e.g. `info`, `claude_host_proxy=debug`); also `CLAUDE_HOST_LOG`.
     #[arg(long, global = true, env = "CLAUDE_HOST_LOG", default_value = "info")]
     pub log: String,
@@ -225,10 +256,65 @@ pub(crate) fn init_logging(opts: &GlobalOpts, to_file: bool) -> Option<()> {
     Some(())
 }
 
-/// The host's session store (`$CLAUDE_HOST_HOME/sessions.sqlite`), created on first use.
+impl Context {
+    /// The shared database's URL, from `--database-url`, its environment variable, or the
+    /// file named by `--database-url-file`.
+    pub fn database_url(&self) -> anyhow::Result<Option<String>> {
+        if let Some(u) = &self.opts.database_url {
+            return Ok(Some(u.trim().to_owned()).filter(|u| !u.is_empty()));
+        }
+        let Some(file) = &self.opts.database_url_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the database URL file {}", file.display()))?;
+        let url = text.lines().next().unwrap_or_default().trim().to_owned();
+        if url.is_empty() {
+            bail!("the database URL file {} is empty", file.display());
+        }
+        Ok(Some(url))
+    }
+
+    /// The shared database, when one is configured (opened and migrated).
+    pub async fn database(&self) -> anyhow::Result<Option<claude_host_store::Database>> {
+        let Some(url) = self.database_url()? else {
+            return Ok(None);
+        };
+        if std::env::args().any(|a| a.starts_with("--database-url=") || a == "--database-url")
+            && url.contains('@')
+        {
+            tracing::warn!(
+                "the database URL was given on the command line, where `ps` shows it; use CLAUDE_HOST_DATABASE_URL or --database-url-file"
+            );
+        }
+        let db = claude_host_store::Database::open(&url)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open the session database: {e}"))?;
+        tracing::info!(database = %db.location, "sessions are kept in the shared database");
+        Ok(Some(db))
+    }
+}
+
+/// This host's name in leases and listings: the machine's name and this process.
+pub(crate) fn host_name() -> String {
+    let machine = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{machine} (pid {})", std::process::id())
+}
+
+/// The host's session metadata store: the shared database's, or
+/// `$CLAUDE_HOST_HOME/sessions.sqlite` (created on first use).
 pub(crate) async fn open_store(
     home: &std::path::Path,
+    db: Option<&claude_host_store::Database>,
 ) -> anyhow::Result<Arc<dyn claude_host_store::Store>> {
+    if let Some(db) = db {
+        return Ok(db.metadata.clone());
+    }
     std::fs::create_dir_all(home)
         .with_context(|| format!("cannot create the data directory {}", home.display()))?;
     let path = home.join("sessions.sqlite");
@@ -252,7 +338,8 @@ pub(crate) async fn build_agent(
         !ctx.opts.no_install,
     )
     .await?;
-    let store = open_store(&ctx.home).await?;
+    let db = ctx.database().await?;
+    let store = open_store(&ctx.home, db.as_ref()).await?;
     let proxy = claude_host_proxy::start(
         claude_host_proxy::ProxyConfig {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -272,6 +359,11 @@ pub(crate) async fn build_agent(
     let mut config = claude_host_agent::AgentConfig::new(cli.path, cwd);
     config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     config.allow_bypass_permissions = allow_bypass_permissions;
+    config.durable = db.map(|db| claude_host_agent::Durable {
+        db,
+        host: host_name(),
+        lease_ttl: std::time::Duration::from_secs(ctx.opts.session_lease_secs.max(1)),
+    });
     if ctx.opts.upstream == "copilot" {
         // Claude Code's WebSearch is a server tool that Copilot refuses ("did 0 searches").
         config.disallowed_tools.push("WebSearch".into());

@@ -1,12 +1,23 @@
-//! Host metadata for sessions, behind the [`Store`] trait. The default is an embedded SQLite
-//! file under the claude-host data directory; PostgreSQL (for teams) will implement the same
-//! trait.
+//! Durable session state behind three traits, on two backends: an embedded SQLite file under
+//! the claude-host data directory (the default) and PostgreSQL (for teams, so a session can
+//! move between machines).
+//!
+//! - [`Store`]: the host's metadata per session (title, settings, archived/read, which host
+//!   last ran it);
+//! - [`SessionStore`]: transcripts, as the Claude Agent SDK's `SessionStore` keeps them —
+//!   entries appended in order under a project key, a session id and a subpath for subagent
+//!   transcripts;
+//! - [`Leases`]: one driver per session at a time.
 
+mod postgres;
 mod sqlite;
 
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The host's overlay for one Claude session (the transcript itself stays on disk).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +44,8 @@ pub struct SessionRecord {
     pub archived: bool,
     /// Marked read by a client.
     pub read: bool,
+    /// The host that last ran the session (its name), when known.
+    pub host: Option<String>,
 }
 
 /// Store failures.
@@ -67,6 +80,21 @@ pub enum StoreError {
     /// A query failed.
     #[error("session store query failed: {0}")]
     Query(String),
+    /// Another host drives the session.
+    #[error("session {session_id} is held by {holder} since {since} (until {expires})")]
+    Held {
+        /// The session.
+        session_id: String,
+        /// Who holds it.
+        holder: String,
+        /// Since when (RFC 3339).
+        since: String,
+        /// When the lease runs out unless renewed (RFC 3339).
+        expires: String,
+    },
+    /// A transcript key that would escape its place (`..`, absolute subpaths).
+    #[error("invalid transcript key: {0}")]
+    InvalidKey(String),
 }
 
 /// Session metadata storage.
@@ -86,4 +114,242 @@ pub trait Store: Send + Sync + 'static {
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_sessions.sql"),
     include_str!("../migrations/0002_resource_and_read.sql"),
+    include_str!("../migrations/0003_transcripts_and_leases.sql"),
 ];
+
+/// PostgreSQL schema migrations, applied in order; the index + 1 is the schema version.
+pub(crate) const PG_MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_schema.sql")];
+
+pub(crate) fn held(session_id: &str, holder: String, since: i64, expires: i64) -> StoreError {
+    StoreError::Held {
+        session_id: session_id.to_owned(),
+        holder,
+        since: rfc3339(since),
+        expires: rfc3339(expires),
+    }
+}
+
+/// Now, in Unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Unix milliseconds as RFC 3339 (UTC, seconds).
+pub(crate) fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Where a transcript lives: the project (the slug of the session's working directory, as
+/// Claude Code names its `projects/` folder), the session, and for a subagent's transcript its
+/// subpath below the session (`subagents/agent-<id>`); `None` is the main transcript.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TranscriptKey {
+    /// The project key (Claude Code's slug of the working directory).
+    pub project_key: String,
+    /// The Claude session id.
+    pub session_id: String,
+    /// Below the session, for subagent transcripts.
+    pub subpath: Option<String>,
+}
+
+impl TranscriptKey {
+    /// The main transcript of a session.
+    pub fn main(project_key: &str, session_id: &str) -> TranscriptKey {
+        TranscriptKey {
+            project_key: project_key.to_owned(),
+            session_id: session_id.to_owned(),
+            subpath: None,
+        }
+    }
+
+    /// Refuses keys that could name a place outside their session when materialised as files.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let bad_part = |p: &str| p.is_empty() || p == "." || p == ".." || p.contains(['\\', '\0']);
+        let ok = !bad_part(&self.project_key)
+            && !self.project_key.contains('/')
+            && !bad_part(&self.session_id)
+            && !self.session_id.contains('/')
+            && self
+                .subpath
+                .as_deref()
+                .is_none_or(|s| !s.starts_with('/') && s.split('/').all(|p| !bad_part(p)));
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::InvalidKey(format!("{self:?}")))
+        }
+    }
+
+    pub(crate) fn subpath_col(&self) -> &str {
+        self.subpath.as_deref().unwrap_or("")
+    }
+}
+
+/// One session in a project's listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    /// The Claude session id.
+    pub session_id: String,
+    /// When its main transcript last grew (Unix milliseconds).
+    pub mtime: i64,
+}
+
+/// The `uuid` of a transcript line, Claude Code's idempotency key for an entry.
+pub(crate) fn entry_uuid(line: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        uuid: Option<String>,
+    }
+    serde_json::from_str::<Head>(line).ok()?.uuid
+}
+
+/// Transcripts, kept as Claude Code writes them (the Claude Agent SDK's `SessionStore`).
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Appends `entries` (JSON lines, in order) to `key`'s transcript as one batch: the batch
+    /// stays contiguous and in order; an entry whose `uuid` is already stored under the key is
+    /// skipped. Returns how many were stored.
+    async fn append(&self, key: &TranscriptKey, entries: &[String]) -> Result<u64, StoreError>;
+    /// The transcript in append order; `None` when nothing is stored under the key.
+    async fn load(&self, key: &TranscriptKey) -> Result<Option<Vec<String>>, StoreError>;
+    /// The project's sessions (main transcripts), most recently changed first.
+    async fn list_sessions(&self, project_key: &str) -> Result<Vec<StoredSession>, StoreError>;
+    /// Removes the transcript; a main key takes its subkeys with it.
+    async fn delete(&self, key: &TranscriptKey) -> Result<(), StoreError>;
+    /// The subpaths stored below a session.
+    async fn list_subkeys(
+        &self,
+        project_key: &str,
+        session_id: &str,
+    ) -> Result<Vec<String>, StoreError>;
+    /// How many entries are stored under the key (to catch up from a local file).
+    async fn count(&self, key: &TranscriptKey) -> Result<u64, StoreError>;
+    /// The project a session's main transcript is stored under, if any.
+    async fn project_of(&self, session_id: &str) -> Result<Option<String>, StoreError>;
+}
+
+/// A session's lease: who drives it, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The session.
+    pub session_id: String,
+    /// The holder's name.
+    pub holder: String,
+    /// When it was taken (Unix milliseconds).
+    pub acquired_at: i64,
+    /// When it runs out unless renewed (Unix milliseconds).
+    pub expires_at: i64,
+}
+
+/// One driver per session: a lease per session with a holder and an expiry.
+#[async_trait]
+pub trait Leases: Send + Sync + 'static {
+    /// Takes the session's lease for `ttl` when it is free, expired or already `holder`'s
+    /// (then renewed); otherwise [`StoreError::Held`] naming who has it.
+    async fn acquire(
+        &self,
+        session_id: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError>;
+    /// Gives the lease up if `holder` has it.
+    async fn release(&self, session_id: &str, holder: &str) -> Result<(), StoreError>;
+}
+
+/// Everything a host keeps in one database.
+#[derive(Clone)]
+pub struct Database {
+    /// Session metadata.
+    pub metadata: Arc<dyn Store>,
+    /// Transcripts.
+    pub transcripts: Arc<dyn SessionStore>,
+    /// Leases.
+    pub leases: Arc<dyn Leases>,
+    /// Where it is, safe to print (no password).
+    pub location: String,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Database {
+    fn from<T: Store + SessionStore + Leases>(store: T, location: String) -> Database {
+        let store = Arc::new(store);
+        Database {
+            metadata: store.clone(),
+            transcripts: store.clone(),
+            leases: store,
+            location,
+        }
+    }
+
+    /// Opens `url`: `postgres://…` / `postgresql://…`, or `sqlite://PATH` / a plain path.
+    pub async fn open(url: &str) -> Result<Database, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let store = PgStore::connect(url).await?;
+            let location = redact(url);
+            Ok(Database::from(store, location))
+        } else {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            let store = SqliteStore::open(std::path::Path::new(path)).await?;
+            Ok(Database::from(store, path.to_owned()))
+        }
+    }
+}
+
+/// `url` without its password (for logs and errors).
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}@{host}{}", redact_query(tail))
+        }
+        None => format!("{scheme}://{authority}{}", redact_query(tail)),
+    }
+}
+
+fn redact_query(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_owned();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .map(|p| {
+            if p.starts_with("password=") {
+                "password=***"
+            } else {
+                p
+            }
+        })
+        .collect();
+    format!("{path}?{}", kept.join("&"))
+}

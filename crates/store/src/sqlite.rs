@@ -1,6 +1,9 @@
 //! The embedded SQLite store.
 
-use crate::{MIGRATIONS, SessionRecord, Store, StoreError};
+use crate::{
+    Lease, Leases, MIGRATIONS, SessionRecord, SessionStore, Store, StoreError, StoredSession,
+    TranscriptKey, entry_uuid, now_ms,
+};
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Connection, Row, SqliteConnection, SqlitePool as Pool};
@@ -105,6 +108,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
         updated_at: row.try_get("updated_at").map_err(q)?,
         archived: row.try_get::<i64, _>("archived").map_err(q)? != 0,
         read: row.try_get::<i64, _>("read").map_err(q)? != 0,
+        host: row.try_get("host").map_err(q)?,
     })
 }
 
@@ -112,9 +116,9 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
 impl Store for SqliteStore {
     async fn put(&self, r: &SessionRecord) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (id) DO UPDATE SET resource = excluded.resource, read = excluded.read, title = excluded.title, model = excluded.model,
+            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host), resource = excluded.resource, read = excluded.read, title = excluded.title, model = excluded.model,
                effort = excluded.effort, permission_mode = excluded.permission_mode, cwd = excluded.cwd,
                updated_at = excluded.updated_at, archived = excluded.archived",
         )
@@ -129,6 +133,7 @@ impl Store for SqliteStore {
         .bind(i64::from(r.archived))
         .bind(&r.resource)
         .bind(i64::from(r.read))
+        .bind(&r.host)
         .execute(&self.pool)
         .await
         .map_err(q)?;
@@ -161,5 +166,196 @@ impl Store for SqliteStore {
             .await
             .map_err(q)?;
         Ok(done.rows_affected() > 0)
+    }
+}
+
+#[async_trait]
+impl SessionStore for SqliteStore {
+    async fn append(&self, key: &TranscriptKey, entries: &[String]) -> Result<u64, StoreError> {
+        key.validate()?;
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let now = now_ms();
+        // One transaction: SQLite has one writer, so the batch is contiguous and in order.
+        let mut tx = self.pool.begin().await.map_err(q)?;
+        let mut stored = 0;
+        for line in entries {
+            let done = sqlx::query(
+                "INSERT INTO transcript_entries (project_key, session_id, subpath, uuid, entry, stored_at)
+                 VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(&key.project_key)
+            .bind(&key.session_id)
+            .bind(key.subpath_col())
+            .bind(entry_uuid(line))
+            .bind(line)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(q)?;
+            stored += done.rows_affected();
+        }
+        tx.commit().await.map_err(q)?;
+        Ok(stored)
+    }
+
+    async fn load(&self, key: &TranscriptKey) -> Result<Option<Vec<String>>, StoreError> {
+        key.validate()?;
+        let rows = sqlx::query(
+            "SELECT entry FROM transcript_entries WHERE project_key = ? AND session_id = ? AND subpath = ? ORDER BY id",
+        )
+        .bind(&key.project_key)
+        .bind(&key.session_id)
+        .bind(key.subpath_col())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(q))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    async fn list_sessions(&self, project_key: &str) -> Result<Vec<StoredSession>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT session_id, MAX(stored_at) AS mtime FROM transcript_entries
+             WHERE project_key = ? AND subpath = '' GROUP BY session_id ORDER BY mtime DESC, session_id",
+        )
+        .bind(project_key)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredSession {
+                    session_id: r.try_get("session_id").map_err(q)?,
+                    mtime: r.try_get("mtime").map_err(q)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn delete(&self, key: &TranscriptKey) -> Result<(), StoreError> {
+        key.validate()?;
+        // A main key takes its subkeys with it.
+        sqlx::query(
+            "DELETE FROM transcript_entries WHERE project_key = ? AND session_id = ? AND (? OR subpath = ?)",
+        )
+        .bind(&key.project_key)
+        .bind(&key.session_id)
+        .bind(key.subpath.is_none())
+        .bind(key.subpath_col())
+        .execute(&self.pool)
+        .await
+        .map_err(q)?;
+        Ok(())
+    }
+
+    async fn list_subkeys(
+        &self,
+        project_key: &str,
+        session_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT subpath FROM transcript_entries
+             WHERE project_key = ? AND session_id = ? AND subpath <> '' ORDER BY subpath",
+        )
+        .bind(project_key)
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(q))
+            .collect()
+    }
+
+    async fn count(&self, key: &TranscriptKey) -> Result<u64, StoreError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM transcript_entries WHERE project_key = ? AND session_id = ? AND subpath = ?",
+        )
+        .bind(&key.project_key)
+        .bind(&key.session_id)
+        .bind(key.subpath_col())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(q)?;
+        Ok(row.try_get::<i64, _>(0).map_err(q)?.unsigned_abs())
+    }
+
+    async fn project_of(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(
+            "SELECT project_key FROM transcript_entries WHERE session_id = ? AND subpath = '' ORDER BY id DESC LIMIT 1",
+        )
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q)?;
+        row.map(|r| r.try_get::<String, _>(0).map_err(q))
+            .transpose()
+    }
+}
+
+#[async_trait]
+impl Leases for SqliteStore {
+    async fn acquire(
+        &self,
+        session_id: &str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        let now = now_ms();
+        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let taken = sqlx::query(
+            "INSERT INTO session_leases (session_id, holder, acquired_at, expires_at) VALUES (?, ?, ?, ?)
+             ON CONFLICT (session_id) DO UPDATE SET
+               acquired_at = CASE WHEN session_leases.holder = excluded.holder THEN session_leases.acquired_at ELSE excluded.acquired_at END,
+               holder = excluded.holder, expires_at = excluded.expires_at
+             WHERE session_leases.holder = excluded.holder OR session_leases.expires_at <= ?
+             RETURNING acquired_at",
+        )
+        .bind(session_id)
+        .bind(holder)
+        .bind(now)
+        .bind(expires)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q)?;
+        if let Some(row) = taken {
+            return Ok(Lease {
+                session_id: session_id.to_owned(),
+                holder: holder.to_owned(),
+                acquired_at: row.try_get(0).map_err(q)?,
+                expires_at: expires,
+            });
+        }
+        let row = sqlx::query(
+            "SELECT holder, acquired_at, expires_at FROM session_leases WHERE session_id = ?",
+        )
+        .bind(session_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(q)?;
+        Err(crate::held(
+            session_id,
+            row.try_get("holder").map_err(q)?,
+            row.try_get("acquired_at").map_err(q)?,
+            row.try_get("expires_at").map_err(q)?,
+        ))
+    }
+
+    async fn release(&self, session_id: &str, holder: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM session_leases WHERE session_id = ? AND holder = ?")
+            .bind(session_id)
+            .bind(holder)
+            .execute(&self.pool)
+            .await
+            .map_err(q)?;
+        Ok(())
     }
 }

@@ -1,11 +1,13 @@
-//! The SQLite store on real files.
+//! The stores on real files and a real PostgreSQL server.
 
 // Test helpers outside #[test] functions panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use claude_host_store::{SessionRecord, SqliteStore, Store, StoreError};
 
-fn rec(id: &str, updated: i64) -> SessionRecord {
+mod suite;
+
+pub(crate) fn rec(id: &str, updated: i64) -> SessionRecord {
     SessionRecord {
         id: id.into(),
         resource: Some(format!("ahp-session:/{id}")),
@@ -18,6 +20,7 @@ fn rec(id: &str, updated: i64) -> SessionRecord {
         updated_at: updated,
         archived: false,
         read: false,
+        host: None,
     }
 }
 
@@ -26,7 +29,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/host.sqlite");
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(store.schema_version().await.unwrap(), 3);
     store.put(&rec("a", 10)).await.unwrap();
     store.put(&rec("b", 20)).await.unwrap();
     let mut c = rec("c", 30);
@@ -54,7 +57,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     // Reopening keeps the data and does not re-run migrations.
     let store = SqliteStore::open(&path).await.unwrap();
     assert!(store.get("c").await.unwrap().unwrap().archived);
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(store.schema_version().await.unwrap(), 3);
 }
 
 #[tokio::test]
@@ -71,7 +74,7 @@ async fn a_newer_schema_is_refused_and_garbage_is_a_clear_error() {
             err,
             StoreError::TooNew {
                 found: 99,
-                known: 2
+                known: 3
             }
         ),
         "{err}"
@@ -117,7 +120,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
         .unwrap();
     }
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(store.schema_version().await.unwrap(), 3);
     // Every pooled connection sees the new columns (none loaded the old schema).
     let lists = tokio::join!(
         store.list(true),

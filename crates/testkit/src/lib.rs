@@ -6,6 +6,7 @@ pub mod cli;
 pub mod copilot_rules;
 pub mod fake;
 pub mod fake_cli;
+pub mod pg;
 mod replies;
 
 pub use replies::{Block, Gate, Match, Reply, Rule};

@@ -6,7 +6,7 @@
 mod bridge;
 mod task;
 
-pub(crate) use task::{Overlay, SessionSpec, spawn};
+pub(crate) use task::{Overlay, SessionDurable, SessionSpec, spawn};
 
 use crate::outbox::{Published, ReplayRing};
 use ahp_types::actions::{ActionOrigin, StateAction};
@@ -662,6 +662,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         notices,
         live_tasks: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         prompts: s.prompts,
+        durable: None,
         on_exit: Box::new(|_| {}),
     })
 }

@@ -38,7 +38,7 @@ use ahp_types::state::{
     ToolCallConfirmationState, ToolCallState, ToolInput, Turn,
 };
 use claude_host_protocol::frames::{CanUseTool, CommandState, ResultFrame, RunState};
-use claude_host_protocol::stream_json::{Frame, Typed};
+use claude_host_protocol::stream_json::{Frame, FrameKind, Typed};
 use claude_host_protocol::time::{now_millis, now_rfc3339, rfc3339_from_millis};
 use claude_host_protocol::uri::file_uri;
 use claude_host_sdk::{ClaudeSession, PermissionResult, SessionError, SessionOptions};
@@ -183,6 +183,8 @@ pub(crate) enum Internal {
 
 /// The host's overlay record of a session, as the task knows it.
 #[derive(Debug, Clone)]
+// One per session, moved rarely: boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Overlay {
     /// No store.
     Off,
@@ -217,9 +219,19 @@ pub(crate) struct SessionSpec {
     pub live_tasks: Arc<AtomicUsize>,
     /// Told of every human message the task hands the CLI (premium-request accounting).
     pub prompts: Option<Arc<dyn crate::PromptReporter>>,
+    /// Where the session's transcript is mirrored, and the host's name, when the host keeps
+    /// sessions in a shared store.
+    pub durable: Option<SessionDurable>,
     /// Called with the session's instance number as its task ends (removes it from the
     /// registry).
     pub on_exit: Box<dyn FnOnce(u64) + Send + Sync>,
+}
+
+/// A session's part in a shared store: its transcript mirror and the name of this host.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionDurable {
+    pub mirror: crate::mirror::Mirror,
+    pub host: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -424,6 +436,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         internal,
         opts: spec.opts,
         prompts: spec.prompts,
+        durable: spec.durable,
         working_directories: spec.working_directories,
         allow_bypass: spec.allow_bypass,
         models: spec.models,
@@ -558,6 +571,7 @@ struct Task {
     // The CLI.
     opts: SessionOptions,
     prompts: Option<Arc<dyn crate::PromptReporter>>,
+    durable: Option<SessionDurable>,
     working_directories: Vec<PathBuf>,
     allow_bypass: bool,
     models: Vec<SessionModelInfo>,

@@ -513,6 +513,7 @@ async fn an_unreadable_store_record_is_never_overwritten() {
         id: id.clone(),
         resource: None,
         read: false,
+        host: None,
         title: Some("Archived long ago".into()),
         model: None,
         effort: None,

@@ -5,6 +5,11 @@ use super::*;
 impl Task {
     pub(super) async fn on_frame(&mut self, item: Option<Result<Frame, SessionError>>) {
         match item {
+            Some(Ok(frame)) if frame.kind == FrameKind::TranscriptMirror => {
+                if let Some(d) = &self.durable {
+                    d.mirror.frame(&frame.raw);
+                }
+            }
             Some(Ok(frame)) => match frame.typed() {
                 Ok(typed) => self.on_typed(typed),
                 Err(e) => {
@@ -160,6 +165,8 @@ impl Task {
             opts.extra_env
                 .push(("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), window.to_string()));
         }
+        // Each line of the transcript is also reported, for the shared store.
+        opts.session_mirror = self.durable.is_some();
         self.cli_settings = self.settings.clone();
         let tx = self.internal_tx.clone();
         let bridge = Arc::new(Bridge {

@@ -157,6 +157,7 @@ impl Task {
             updated_at: now_millis(),
             archived: self.archived,
             read: self.read,
+            host: self.durable.as_ref().map(|d| d.host.clone()),
         };
         self.overlay = Overlay::Known(Some(record.clone()));
         self.saved += 1;
