@@ -141,3 +141,495 @@ async fn a_session_run_on_one_host_is_listed_and_resumed_on_another() {
     assert!(lines(&files_b[0]) > lines(&files[0]), "B's turn was added");
     assert_eq!(stored(pg, &db, &id), lines(&files_b[0]), "and mirrored");
 }
+
+/// A VS Code-like AHP client, enough for these tests.
+struct Ws {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    client_id: String,
+    next_id: i64,
+    client_seq: i64,
+    actions: Vec<Value>,
+}
+
+const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Ws {
+    async fn connect(port: u16, token: &str) -> Ws {
+        let url = format!("ws://127.0.0.1:{port}/?tkn={token}");
+        let mut w = Ws {
+            ws: tokio_tungstenite::connect_async(url).await.unwrap().0,
+            client_id: uuid(),
+            next_id: 0,
+            client_seq: 0,
+            actions: Vec::new(),
+        };
+        let params = serde_json::json!({"channel": "ahp-root://", "protocolVersions": ["0.9.0"],
+            "clientId": w.client_id, "initialSubscriptions": ["ahp-root://"]});
+        let r = w.request("initialize", params).await;
+        assert!(r.get("error").is_none(), "{r}");
+        w
+    }
+
+    async fn read(&mut self) -> Value {
+        use futures_util::StreamExt;
+        loop {
+            let msg = self
+                .ws
+                .next()
+                .await
+                .expect("the connection is open")
+                .unwrap();
+            let tokio_tungstenite::tungstenite::Message::Text(t) = msg else {
+                continue;
+            };
+            let v: Value = serde_json::from_str(t.as_str()).unwrap();
+            if v["method"] == "action" {
+                self.actions.push(v["params"].clone());
+            }
+            return v;
+        }
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        use futures_util::SinkExt;
+        self.next_id += 1;
+        let id = self.next_id;
+        let frame =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.ws
+            .send(tokio_tungstenite::tungstenite::Message::Text(
+                frame.to_string().into(),
+            ))
+            .await
+            .unwrap();
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let v = self.read().await;
+                if v["id"] == id && v.get("method").is_none() {
+                    return v;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {method}"))
+    }
+
+    async fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.request(method, params).await;
+        assert!(r.get("error").is_none(), "{method}: {r}");
+        r["result"].clone()
+    }
+
+    async fn dispatch(&mut self, channel: &str, action: Value) {
+        use futures_util::SinkExt;
+        self.client_seq += 1;
+        let frame = serde_json::json!({"jsonrpc": "2.0", "method": "dispatchAction",
+            "params": {"channel": channel, "clientSeq": self.client_seq, "action": action}});
+        self.ws
+            .send(tokio_tungstenite::tungstenite::Message::Text(
+                frame.to_string().into(),
+            ))
+            .await
+            .unwrap();
+    }
+
+    async fn action(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(a) = self.actions.iter().find(|a| pred(a)) {
+                return a.clone();
+            }
+            if tokio::time::timeout_at(deadline, self.read())
+                .await
+                .is_err()
+            {
+                panic!("no {what}; got {:#?}", self.actions);
+            }
+        }
+    }
+
+    /// Starts a turn and returns its id.
+    async fn turn(&mut self, chat: &str, text: &str) -> String {
+        let turn = format!("request_{}", uuid());
+        self.dispatch(
+            chat,
+            serde_json::json!({"type": "chat/turnStarted", "turnId": turn,
+                "startedAt": "2026-05-01T10:01:00.000Z",
+                "message": {"text": text, "origin": {"kind": "user"}}}),
+        )
+        .await;
+        turn
+    }
+
+    async fn turn_end(&mut self, turn: &str) -> Value {
+        self.action("the turn's end", |a| {
+            a["action"]["turnId"] == turn
+                && matches!(
+                    a["action"]["type"].as_str(),
+                    Some("chat/turnComplete" | "chat/turnCancelled" | "chat/error")
+                )
+        })
+        .await
+    }
+}
+
+/// A running `serve`, killed if the test ends first.
+struct Serve(std::process::Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            sigkill(&mut self.0);
+        }
+    }
+}
+
+/// A `serve` of machine `m` on `db`, with short leases.
+fn serve(h: &Host, m: &Machine, db: &str) -> (Serve, u16) {
+    let mut c = m.cmd(h, db);
+    c.env("CLAUDE_HOST_CONNECTION_TOKEN", "durable-test-token")
+        .env("CLAUDE_HOST_SESSION_LEASE_SECS", "2");
+    let (child, port, _) = super::serve::start(c);
+    (Serve(child), port)
+}
+
+#[allow(unsafe_code)]
+fn sigkill(child: &mut std::process::Child) {
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    let _ = child.wait();
+}
+
+/// Polls `f` until it holds (every 100 ms, up to `WAIT`).
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_mid_turn_hands_the_session_over_with_every_entry() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = Host::new().await;
+    h.fake.push(always(
+        Match::LastUserContains("list the files".into()),
+        Reply::tool_use(
+            "Bash",
+            serde_json::json!({"command": "touch a-was-here.txt", "description": "mark"}),
+        ),
+    ));
+    h.fake.push(always(
+        Match::LastUserContains("what did I ask".into()),
+        Reply::text("To list the files."),
+    ));
+    h.fake.push(always(Match::Always, Reply::text("ok")));
+    let (a, b) = (Machine::new(), Machine::new());
+    let (mut serve_a, port_a) = serve(&h, &a, &db);
+    let (mut serve_b, port_b) = serve(&h, &b, &db);
+
+    let mut wa = Ws::connect(port_a, "durable-test-token").await;
+    let session = format!("claude:/{}", uuid());
+    let id = session.strip_prefix("claude:/").unwrap().to_owned();
+    let work = claude_host_protocol::uri::file_uri(&a.dir.path().join("work"));
+    wa.ok(
+        "createSession",
+        serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
+    )
+    .await;
+    wa.ok("subscribe", serde_json::json!({"channel": session}))
+        .await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    wa.ok("subscribe", serde_json::json!({"channel": chat}))
+        .await;
+    let t1 = wa.turn(&chat, "first: say ok").await;
+    assert_eq!(
+        wa.turn_end(&t1).await["action"]["type"],
+        "chat/turnComplete"
+    );
+
+    // B lists it under the URI its client chose (once A's record is written: off A's turn).
+    let mut wb = Ws::connect(port_b, "durable-test-token").await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let listed = wb.ok("listSessions", serde_json::json!({})).await;
+        if listed.to_string().contains(&session) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never listed on B: {listed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // A's second turn waits for the user to confirm a Bash call: mid-turn.
+    let t2 = wa.turn(&chat, "list the files").await;
+    wa.action("the Bash confirmation", |x| {
+        x["action"]["type"] == "chat/toolCallReady" && x["action"]["confirmed"].is_null()
+    })
+    .await;
+    let file_a = a.transcripts().pop().unwrap();
+    until("the store has all A's CLI wrote", || {
+        stored(pg, &db, &id) == lines(&file_a)
+    })
+    .await;
+    let before = stored(pg, &db, &id);
+
+    // While A holds it, B is told who does, and nothing changes.
+    let held = wb
+        .request("subscribe", serde_json::json!({"channel": session}))
+        .await;
+    assert_eq!(held["error"]["code"], -32009, "{held}");
+    let message = held["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("held by") && message.contains("(pid "),
+        "{message}"
+    );
+    assert!(held["error"]["data"]["heldBy"].is_string(), "{held}");
+    assert!(b.transcripts().is_empty(), "nothing brought to B");
+    assert_eq!(stored(pg, &db, &id), before, "nothing written");
+
+    let a_lines = std::fs::read_to_string(&file_a).unwrap();
+    sigkill(&mut serve_a.0);
+    let _ = t2;
+
+    // Once A's lease runs out, B takes the session over with A's whole transcript.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let r = wb
+            .request("subscribe", serde_json::json!({"channel": session}))
+            .await;
+        if r.get("error").is_none() {
+            break;
+        }
+        assert_eq!(r["error"]["code"], -32009, "{r}");
+        assert!(std::time::Instant::now() < deadline, "never free: {r}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    wb.ok("subscribe", serde_json::json!({"channel": chat}))
+        .await;
+    let t3 = wb.turn(&chat, "what did I ask?").await;
+    assert_eq!(
+        wb.turn_end(&t3).await["action"]["type"],
+        "chat/turnComplete"
+    );
+    let last = h.fake.message_requests().pop().unwrap();
+    let body = String::from_utf8_lossy(&last.body).into_owned();
+    for text in ["first: say ok", "list the files", "what did I ask?"] {
+        assert!(body.contains(text), "{text} in the history");
+    }
+    // Every entry A's CLI wrote before it died is in B's copy, in order.
+    let file_b = b.transcripts().pop().unwrap();
+    let b_text = std::fs::read_to_string(&file_b).unwrap();
+    let a_kept: Vec<&str> = a_lines
+        .lines()
+        .filter(|l| !l.contains("\"type\":\"api-request"))
+        .collect();
+    let b_all: Vec<&str> = b_text.lines().collect();
+    assert!(b_all.len() > a_kept.len());
+    for (i, l) in a_kept.iter().enumerate() {
+        let (x, y): (Value, Value) = (
+            serde_json::from_str(l).unwrap(),
+            serde_json::from_str(b_all[i]).unwrap(),
+        );
+        assert_eq!(x, y, "entry {i}");
+    }
+    super::serve::stop(&mut serve_b.0);
+}
+
+fn uuid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_mid_turn_the_turn_completes_and_the_store_catches_up() {
+    // A cluster of its own: this test stops it.
+    let pg = PgCluster::start().unwrap();
+    let db = pg.create_database().unwrap();
+    let h = Host::new().await;
+    h.fake.push(always(
+        Match::LastUserContains("make a file".into()),
+        Reply::tool_use(
+            "Bash",
+            serde_json::json!({"command": "touch made.txt", "description": "make"}),
+        ),
+    ));
+    h.fake
+        .push(always(Match::HasToolResult, Reply::text("Made it.")));
+    let a = Machine::new();
+    let (mut serve_a, port) = serve(&h, &a, &db);
+    let mut w = Ws::connect(port, "durable-test-token").await;
+    let session = format!("claude:/{}", uuid());
+    let id = session.strip_prefix("claude:/").unwrap().to_owned();
+    let work = claude_host_protocol::uri::file_uri(&a.dir.path().join("work"));
+    w.ok(
+        "createSession",
+        serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
+    )
+    .await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    w.ok("subscribe", serde_json::json!({"channel": chat}))
+        .await;
+    let turn = w.turn(&chat, "make a file").await;
+    let ready = w
+        .action("the Bash confirmation", |x| {
+            x["action"]["type"] == "chat/toolCallReady" && x["action"]["confirmed"].is_null()
+        })
+        .await;
+    let stored_before = stored(&pg, &db, &id);
+    assert!(stored_before > 0, "mirrored while the database was up");
+    pg.stop().unwrap();
+    w.dispatch(
+        &chat,
+        serde_json::json!({"type": "chat/toolCallConfirmed", "turnId": turn,
+            "toolCallId": ready["action"]["toolCallId"], "approved": true, "confirmed": "user-action"}),
+    )
+    .await;
+    let end = w.turn_end(&turn).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert!(a.dir.path().join("work/made.txt").exists());
+    pg.resume().unwrap();
+    let file = a.transcripts().pop().unwrap();
+    until("the store catches up with the local file", || {
+        stored(&pg, &db, &id) == lines(&file)
+    })
+    .await;
+    assert!(stored(&pg, &db, &id) > stored_before);
+    super::serve::stop(&mut serve_a.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_database_urls_are_one_line_each_and_write_nothing() {
+    let pg = PgCluster::shared();
+    let h = Host::new().await;
+    let good = pg.create_database().unwrap();
+    // A database a newer claude-host has migrated.
+    let newer = pg.create_database().unwrap();
+    let m = Machine::new();
+    let mut c = m.cmd(&h, &newer);
+    c.args(["sessions", "list"]);
+    assert!(blocking(move || run(c)).await.status.success());
+    let newer_name = newer.rsplit('/').next().unwrap();
+    pg.psql(newer_name, "UPDATE claude_host_schema SET version = 99")
+        .unwrap();
+    let cases = [
+        (
+            good.replace(claude_host_testkit::pg::PASSWORD, "wrong"),
+            "authentication failed",
+        ),
+        (pg.url("missing_db"), "missing_db"),
+        (
+            "postgres://u:pw@127.0.0.1:1/x".to_owned(),
+            "cannot reach the server",
+        ),
+        ("postgres://u:pw@[::1/x".to_owned(), "invalid URL"),
+        (newer.clone(), "schema version 99"),
+    ];
+    for (url, says) in cases {
+        let m = Machine::new();
+        for args in [vec!["sessions", "list"], vec!["run", "hello"]] {
+            let mut c = m.cmd(&h, &url);
+            c.args(&args);
+            let out = blocking(move || run(c)).await;
+            assert!(!out.status.success(), "{url}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            let line: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+            assert_eq!(line.len(), 1, "{err}");
+            assert!(line[0].contains(says), "{url}: {err}");
+            assert!(
+                !err.contains("wrong") || !url.contains("wrong"),
+                "no password: {err}"
+            );
+            assert!(!err.contains(claude_host_testkit::pg::PASSWORD), "{err}");
+        }
+        assert!(m.transcripts().is_empty());
+        assert!(
+            !m.dir
+                .path()
+                .join("claude-host-home/sessions.sqlite")
+                .exists(),
+            "nothing written locally"
+        );
+    }
+    assert!(h.fake.message_requests().is_empty(), "no turn ran");
+    assert_eq!(
+        pg.psql(newer_name, "SELECT version FROM claude_host_schema")
+            .unwrap(),
+        "99",
+        "the newer database is left as it was"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_moved_by_hand_with_export_and_import() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = Host::new().await;
+    h.fake.push(always(
+        Match::LastUserContains("remember kiwi".into()),
+        Reply::text("Kiwi noted."),
+    ));
+    h.fake.push(always(
+        Match::LastUserContains("which fruit".into()),
+        Reply::text("Kiwi."),
+    ));
+    // A keeps its sessions to itself (no database).
+    let a = Machine::new();
+    let mut c = h.cmd();
+    c.env("HOME", a.dir.path())
+        .env("CLAUDE_HOST_HOME", a.dir.path().join("claude-host-home"))
+        .current_dir(a.dir.path().join("work"))
+        .args(["run", "remember kiwi"]);
+    assert!(blocking(move || run(c)).await.status.success());
+    let file_a = a.transcripts().pop().unwrap();
+    let id = file_a.file_stem().unwrap().to_str().unwrap().to_owned();
+    let export = a.dir.path().join("kiwi.jsonl");
+    let mut c = h.cmd();
+    c.env("HOME", a.dir.path())
+        .env("CLAUDE_HOST_HOME", a.dir.path().join("claude-host-home"))
+        .args(["sessions", "export", &id, "--out", export.to_str().unwrap()]);
+    assert!(blocking(move || run(c)).await.status.success());
+    let text = std::fs::read_to_string(&export).unwrap();
+    assert_eq!(
+        text.lines().count(),
+        lines(&file_a) + 1,
+        "a header and every entry"
+    );
+
+    // B imports it, into its projects folder and the database, and resumes it.
+    let b = Machine::new();
+    let mut c = b.cmd(&h, &db);
+    c.args(["sessions", "import", export.to_str().unwrap()]);
+    assert!(blocking(move || run(c)).await.status.success());
+    assert_eq!(stored(pg, &db, &id), lines(&file_a));
+    let mut c = b.cmd(&h, &db);
+    c.args(["sessions", "import", export.to_str().unwrap()]);
+    let again = blocking(move || run(c)).await;
+    assert!(!again.status.success(), "a second import needs --force");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    let mut c = b.cmd(&h, &db);
+    c.args(["run", "--resume", &id, "which fruit did I say?"]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), "Kiwi.");
+    let last = h.fake.message_requests().pop().unwrap();
+    assert!(String::from_utf8_lossy(&last.body).contains("remember kiwi"));
+    // A file that is not an export is refused, naming the problem.
+    let junk = b.dir.path().join("junk.jsonl");
+    std::fs::write(&junk, "{\"type\":\"user\"}\n").unwrap();
+    let mut c = b.cmd(&h, &db);
+    c.args(["sessions", "import", junk.to_str().unwrap()]);
+    let out = blocking(move || run(c)).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a claude-host session export"));
+}

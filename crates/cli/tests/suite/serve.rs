@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
 /// Starts `serve`, returns the child, the port and the printed settings.
-fn start(mut c: Command) -> (std::process::Child, u16, Value) {
+pub(crate) fn start(mut c: Command) -> (std::process::Child, u16, Value) {
     c.args(["serve", "--port", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -36,7 +36,7 @@ fn start(mut c: Command) -> (std::process::Child, u16, Value) {
     (child, port, serde_json::from_str(&json_text).unwrap())
 }
 
-fn stop(child: &mut std::process::Child) -> std::process::ExitStatus {
+pub(crate) fn stop(child: &mut std::process::Child) -> std::process::ExitStatus {
     #[allow(unsafe_code)]
     // SAFETY: signalling our own child.
     unsafe {
