@@ -33,6 +33,8 @@ pub struct SessionListing {
     pub from_host: bool,
     /// Whether it is live in this host now.
     pub live: bool,
+    /// The host that last ran it, when the shared store says.
+    pub last_host: Option<String>,
 }
 
 /// What the list needs from a live session.
@@ -64,6 +66,7 @@ fn entry(id: &str) -> SessionListing {
         read: false,
         from_host: false,
         live: false,
+        last_host: None,
     }
 }
 
@@ -102,6 +105,7 @@ pub fn merge(
         e.model = r.model;
         e.archived = r.archived;
         e.read = r.read;
+        e.last_host = r.host;
         e.from_host = true;
         e.created_at = r.created_at;
         e.modified_at = e.modified_at.max(r.updated_at);

@@ -467,6 +467,9 @@ impl Host {
                 }
                 let mut meta = Map::new();
                 meta.insert("fromHost".into(), json!(l.from_host));
+                if let Some(h) = &l.last_host {
+                    meta.insert("lastHost".into(), json!(h));
+                }
                 meta.insert("live".into(), json!(l.live));
                 SessionSummary {
                     provider: "claude".into(),

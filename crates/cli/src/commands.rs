@@ -181,17 +181,84 @@ pub(crate) fn logout(ctx: &Context) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The shared database, when one is configured: where, how many sessions, and how far this
+/// host's transcripts are ahead of their copies there.
+async fn database_report(ctx: &Context) -> Option<serde_json::Value> {
+    let url = match ctx.database_url() {
+        Ok(u) => u?,
+        Err(e) => return Some(json!({"error": format!("{e:#}")})),
+    };
+    let location = claude_host_store::redact(&url);
+    let db = match claude_host_store::Database::open(&url).await {
+        Ok(db) => db,
+        Err(e) => return Some(json!({"location": location, "error": e.to_string()})),
+    };
+    let records = match db.metadata.list(true).await {
+        Ok(r) => r,
+        Err(e) => return Some(json!({"location": location, "error": e.to_string()})),
+    };
+    let ids: std::collections::HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+    let (mut behind_sessions, mut behind_entries) = (0u64, 0u64);
+    if let Some(config) = claude_host_sdk::transcripts::config_dir(
+        std::env::var_os("CLAUDE_CONFIG_DIR")
+            .map(std::path::PathBuf::from)
+            .as_deref(),
+        &[],
+    ) {
+        let projects = config.join("projects");
+        let local = claude_host_sdk::transcripts::list_sessions(&config, None).unwrap_or_default();
+        for s in local.iter().filter(|s| ids.contains(&s.session_id)) {
+            let Some(key) = claude_host_agent::mirror::key_for(&projects, &s.path) else {
+                continue;
+            };
+            let here =
+                claude_host_agent::mirror::mirrored_lines(&s.path).map_or(0, |l| l.len() as u64);
+            let there = db.transcripts.count(&key).await.unwrap_or(0);
+            if here > there {
+                behind_sessions += 1;
+                behind_entries += here - there;
+            }
+        }
+    }
+    Some(json!({"location": location, "sessions": records.len(),
+                "behind": {"sessions": behind_sessions, "entries": behind_entries}}))
+}
+
+fn print_database(report: Option<&serde_json::Value>) {
+    let Some(r) = report else { return };
+    let location = r["location"].as_str().unwrap_or("?");
+    if let Some(e) = r["error"].as_str() {
+        println!("Session database: {location}: {e}");
+        return;
+    }
+    let behind = &r["behind"];
+    let lag = if behind["entries"] == 0 {
+        "every transcript of this host is stored".to_owned()
+    } else {
+        format!(
+            "{} transcript lines of {} sessions on this host not stored yet (the host that ran them catches up when the database is back)",
+            behind["entries"], behind["sessions"]
+        )
+    };
+    println!(
+        "Session database: {location}, {} sessions; {lag}",
+        r["sessions"]
+    );
+}
+
 pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
     let requests = crate::usage::totals(&ctx.home);
+    let database = database_report(ctx).await;
     let Some(token) = ctx.github_token()? else {
         if as_json {
             println!(
                 "{}",
-                json!({"signed_in": false, "requests": requests_json(&requests)})
+                json!({"signed_in": false, "requests": requests_json(&requests), "database": database})
             );
         } else {
             println!("Not signed in. Run `claude-host login`.");
             print_requests(&requests);
+            print_database(database.as_ref());
         }
         return Ok(ExitCode::from(1));
     };
@@ -227,6 +294,7 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
         },
         "errors": errors,
         "requests": requests_json(&requests),
+        "database": database,
     });
     if as_json {
         println!("{report}");
@@ -273,6 +341,7 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             Err(e) => println!("Copilot token: {e}"),
         }
         print_requests(&requests);
+        print_database(database.as_ref());
     }
     Ok(if minted.is_ok() {
         ExitCode::SUCCESS

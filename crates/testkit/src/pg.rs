@@ -21,6 +21,7 @@ pub struct PgCluster {
     dir: PathBuf,
     port: u16,
     owner: Option<(u32, u32)>,
+    durable: bool,
     server: Mutex<Option<Child>>,
 }
 
@@ -96,8 +97,15 @@ fn clean_stale(root: &Path) {
 }
 
 impl PgCluster {
-    /// initdb and start a new cluster.
+    /// initdb and start a new cluster, with `fsync` off (tests lose nothing to a crash of
+    /// the machine they run on).
     pub fn start() -> anyhow::Result<PgCluster> {
+        PgCluster::start_with(false)
+    }
+
+    /// initdb and start a new cluster; `durable`: with PostgreSQL's defaults for `fsync` and
+    /// `synchronous_commit`, as a real deployment runs (benchmarks).
+    pub fn start_with(durable: bool) -> anyhow::Result<PgCluster> {
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let bin = bin_dir()?;
         let owner = owner()?;
@@ -144,6 +152,7 @@ impl PgCluster {
             dir,
             port: free_port()?,
             owner,
+            durable,
             server: Mutex::new(None),
         };
         cluster.resume()?;
@@ -233,7 +242,11 @@ impl PgCluster {
                 "-c",
                 "listen_addresses=127.0.0.1",
                 "-c",
-                "fsync=off",
+                if self.durable {
+                    "fsync=on"
+                } else {
+                    "fsync=off"
+                },
                 "-c",
                 "max_connections=200",
             ])

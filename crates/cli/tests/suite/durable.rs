@@ -108,6 +108,16 @@ async fn a_session_run_on_one_host_is_listed_and_resumed_on_another() {
     let id = files[0].file_stem().unwrap().to_str().unwrap().to_owned();
     // Everything A's CLI wrote is in the store (run waits for the mirror before it exits).
     assert_eq!(stored(pg, &db, &id), lines(&files[0]));
+    let behind = |m: &Machine| {
+        let mut c = m.cmd(&h, &db);
+        c.args(["status", "--json"]);
+        let out = run(c);
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["database"]["sessions"], 1, "{v}");
+        assert!(!v.to_string().contains(claude_host_testkit::pg::PASSWORD));
+        v["database"]["behind"]["entries"].as_u64().unwrap()
+    };
+    assert_eq!(behind(&a), 0, "status: every line stored");
 
     // B has no transcript, and lists A's session with the host that ran it.
     assert!(b.transcripts().is_empty());
@@ -140,6 +150,11 @@ async fn a_session_run_on_one_host_is_listed_and_resumed_on_another() {
     assert_eq!(files_b.len(), 1);
     assert!(lines(&files_b[0]) > lines(&files[0]), "B's turn was added");
     assert_eq!(stored(pg, &db, &id), lines(&files_b[0]), "and mirrored");
+    // A line this host has and the store has not (as after an outage) is reported.
+    let mut text = std::fs::read_to_string(&files_b[0]).unwrap();
+    text.push_str("{\"type\":\"custom-title\",\"customTitle\":\"x\",\"sessionId\":\"s\"}\n");
+    std::fs::write(&files_b[0], text).unwrap();
+    assert_eq!(behind(&b), 1, "status: one line behind");
 }
 
 /// A VS Code-like AHP client, enough for these tests.
@@ -362,7 +377,12 @@ async fn a_host_killed_mid_turn_hands_the_session_over_with_every_entry() {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let listed = wb.ok("listSessions", serde_json::json!({})).await;
-        if listed.to_string().contains(&session) {
+        if let Some(item) = listed["items"]
+            .as_array()
+            .and_then(|items| items.iter().find(|i| i["resource"] == session.as_str()))
+        {
+            let last = item["_meta"]["lastHost"].as_str().unwrap_or_default();
+            assert!(last.contains("(pid "), "the host that ran it: {item}");
             break;
         }
         assert!(
@@ -632,4 +652,68 @@ async fn a_session_moved_by_hand_with_export_and_import() {
     let out = blocking(move || run(c)).await;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a claude-host session export"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subagent_transcripts_are_stored_under_their_subpath_and_brought_back() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = Host::new().await;
+    h.fake.push(always(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT list the files"),
+    ));
+    h.fake.push(always(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::text("Nothing here."),
+    ));
+    h.fake.push(always(
+        Match::HasToolResult,
+        Reply::text("The helper found nothing."),
+    ));
+    h.fake.push(always(Match::Always, Reply::text("ok")));
+    let (a, b) = (Machine::new(), Machine::new());
+    let mut c = a.cmd(&h, &db);
+    c.args([
+        "run",
+        "--permission-mode",
+        "bypassPermissions",
+        "ask a helper",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    let main = a.transcripts().pop().unwrap();
+    let id = main.file_stem().unwrap().to_str().unwrap().to_owned();
+    let sub_dir = main.with_extension("").join("subagents");
+    let subs: Vec<PathBuf> = std::fs::read_dir(&sub_dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", sub_dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("jsonl"))
+        .collect();
+    assert_eq!(subs.len(), 1, "{subs:?}");
+    let sub_name = subs[0].file_stem().unwrap().to_str().unwrap().to_owned();
+    let name = db.rsplit('/').next().unwrap();
+    let stored_subs = pg
+        .psql(
+            name,
+            &format!(
+                "SELECT subpath || ':' || COUNT(*) FROM transcript_entries WHERE session_id = '{id}' AND subpath <> '' GROUP BY subpath"
+            ),
+        )
+        .unwrap();
+    assert_eq!(
+        stored_subs,
+        format!("subagents/{sub_name}:{}", lines(&subs[0]))
+    );
+    // B brings both back when it resumes the session.
+    let mut c = b.cmd(&h, &db);
+    c.args(["run", "--resume", &id, "thanks"]);
+    assert!(blocking(move || run(c)).await.status.success());
+    let b_main = b.transcripts().pop().unwrap();
+    let b_sub = b_main
+        .with_extension("")
+        .join("subagents")
+        .join(format!("{sub_name}.jsonl"));
+    assert_eq!(lines(&b_sub), lines(&subs[0]));
 }
