@@ -417,9 +417,34 @@ async fn a_host_killed_mid_turn_hands_the_session_over_with_every_entry() {
     );
     assert!(held["error"]["data"]["heldBy"].is_string(), "{held}");
     assert!(b.transcripts().is_empty(), "nothing brought to B");
-    assert_eq!(stored(pg, &db, &id), before, "nothing written");
+    let name = db.rsplit('/').next().unwrap();
+    let a_pid = format!("(pid {})", serve_a.0.id());
+    let holder = pg
+        .psql(
+            name,
+            &format!("SELECT holder FROM session_leases WHERE session_id = '{id}'"),
+        )
+        .unwrap();
+    assert!(holder.ends_with(&a_pid), "A still holds it: {holder}");
+    let host = pg
+        .psql(
+            name,
+            &format!("SELECT host FROM sessions WHERE id = '{id}'"),
+        )
+        .unwrap();
+    assert!(host.ends_with(&a_pid), "A still ran it last: {host}");
+    assert!(stored(pg, &db, &id) >= before, "nothing taken away");
 
+    // What A's CLI has written (it may still be writing), all of it stored, then A dies.
     let a_lines = std::fs::read_to_string(&file_a).unwrap();
+    let a_count = a_lines
+        .lines()
+        .filter(|l| !l.contains("\"type\":\"api-request"))
+        .count();
+    until("the store has A's lines", || {
+        stored(pg, &db, &id) >= a_count
+    })
+    .await;
     sigkill(&mut serve_a.0);
     let _ = t2;
 
