@@ -26,6 +26,7 @@ use claude_host_agent::{
     AHP_SESSION_PREFIX, Agent, AgentError, CLAUDE_SESSION_PREFIX, ChannelKind, NewSession,
     Published, SessionHandle, SessionNotice, SessionSnapshot,
 };
+use claude_host_protocol::log_safe::Safe;
 use claude_host_protocol::time::{now_rfc3339, rfc3339_from_millis};
 use claude_host_protocol::uri::{file_path, file_uri};
 use serde_json::{Map, Value, json};
@@ -733,7 +734,7 @@ impl Host {
                         .map_err(|there| format!("{here}; from the client: {there}"));
                 }
                 if let Err(why) = &read {
-                    tracing::info!(%uri, %why, "an attached file could not be read");
+                    tracing::info!(uri = %Safe(&uri), why = %Safe(why), "an attached file could not be read");
                 }
                 files.insert(uri, read);
             }
@@ -774,7 +775,7 @@ impl Host {
                     "{} cannot be dispatched on the root channel",
                     action_type(&action)
                 );
-                tracing::info!(%channel, %reason, "rejected a dispatched action");
+                tracing::info!(channel = %Safe(&channel), reason = %Safe(&reason), "rejected a dispatched action");
                 self.root.publish(action, Some(origin), Some(reason));
             }
             Ok(Target::Session(handle, kind)) => {
@@ -796,7 +797,7 @@ impl Host {
                     .await
                     .is_err()
                 {
-                    tracing::info!(%channel, "an action for a session that just closed was dropped");
+                    tracing::info!(channel = %Safe(&channel), "an action for a session that just closed was dropped");
                 }
             }
             Err(e) => {

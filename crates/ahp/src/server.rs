@@ -10,6 +10,7 @@ use crate::root::ROOT;
 use crate::rpc::{RpcError, code};
 use ahp_types::state::Snapshot;
 use claude_host_agent::{Published, SessionHandle, SessionSnapshot, SessionSubscription};
+use claude_host_protocol::log_safe::Safe;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -515,7 +516,7 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
     match id {
         None => {
             if !initialized {
-                tracing::info!(%method, "notification before initialize ignored");
+                tracing::info!(method = %Safe(method), "notification before initialize ignored");
                 return;
             }
             match method {
@@ -573,7 +574,7 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
                 if let Err(e) = handler.await
                     && e.is_panic()
                 {
-                    tracing::error!(%method, "a request handler panicked");
+                    tracing::error!(method = %Safe(&method), "a request handler panicked");
                     conn.respond(
                         &id,
                         Err(RpcError::new(
@@ -610,7 +611,7 @@ async fn request(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, method: &str, p
         )),
     };
     if let Err(e) = &result {
-        tracing::info!(%method, code = e.code, message = %e.message, "request failed");
+        tracing::info!(method = %Safe(method), code = e.code, message = %Safe(&e.message), "request failed");
     }
     conn.respond(id, result);
 }
@@ -647,7 +648,7 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
     *lock(&conn.client_id) = client_id;
     let (snapshots, missing, opening) = open_channels(host, &subs).await;
     for uri in missing {
-        tracing::info!(%uri, "initial subscription skipped: no such channel");
+        tracing::info!(uri = %Safe(&uri), "initial subscription skipped: no such channel");
     }
     result.snapshots = snapshots;
     conn.initialized.store(true, Ordering::SeqCst);

@@ -15,7 +15,44 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const EVENTS_PER_STREAM: usize = 2_000;
+/// How the fake upstream paces its events (`BENCH_PACING`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pacing {
+    /// Each event its own HTTP chunk, ten per socket write, as fast as possible: how real
+    /// upstreams frame events (the default).
+    Chunked,
+    /// Ten events in one HTTP chunk: the best case for a relay.
+    Batched,
+    /// Each event its own chunk and write, 2 ms apart: a model's pace.
+    Paced,
+}
+
+impl Pacing {
+    fn from_env() -> anyhow::Result<Pacing> {
+        match std::env::var("BENCH_PACING").as_deref() {
+            Err(_) | Ok("chunked") => Ok(Pacing::Chunked),
+            Ok("batched") => Ok(Pacing::Batched),
+            Ok("paced") => Ok(Pacing::Paced),
+            Ok(other) => anyhow::bail!("BENCH_PACING={other}: one of chunked, batched, paced"),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Pacing::Chunked => "one HTTP chunk per event, 10 events per upstream write",
+            Pacing::Batched => "10 events per HTTP chunk and upstream write",
+            Pacing::Paced => "one HTTP chunk and write per event, 2 ms apart",
+        }
+    }
+
+    /// Events per stream: a paced stream takes real time.
+    fn events(self) -> usize {
+        match self {
+            Pacing::Paced => 200,
+            _ => 2_000,
+        }
+    }
+}
 
 struct Target {
     base: String,
@@ -42,14 +79,18 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(1)
         .enable_all()
         .build()?;
+    let pacing = Pacing::from_env()?;
+    let events_per_stream = pacing.events();
     let fake = fake_rt.block_on(FakeUpstream::start_with(FakeConfig {
-        sse_events_per_write: 10,
+        sse_events_per_write: if pacing == Pacing::Paced { 1 } else { 10 },
+        sse_chunk_per_event: pacing != Pacing::Batched,
+        sse_group_gap: (pacing == Pacing::Paced).then(|| Duration::from_millis(2)),
         require_copilot_headers: false,
         ..FakeConfig::default()
     }))?;
     fake.push(Rule {
         when: Match::Always,
-        reply: Reply::many_deltas(EVENTS_PER_STREAM),
+        reply: Reply::many_deltas(events_per_stream),
         times: Some(usize::MAX),
     });
 
@@ -74,7 +115,8 @@ fn main() -> anyhow::Result<()> {
     let idle_rss = status_kb(pid, "VmRSS")?;
 
     println!(
-        "# proxy benchmark: {EVENTS_PER_STREAM} text_delta events per stream, 10 events per upstream write, medians of {runs} runs (min..max)"
+        "# proxy benchmark: {events_per_stream} text_delta events per stream, {}, medians of {runs} runs (min..max)",
+        pacing.describe()
     );
     println!(
         "| streams | added TTFB p50 | added TTFB p99 | events/s direct | events/s proxy | proxy ÷ direct | proxy CPU/event | proxy RSS peak |"

@@ -67,7 +67,8 @@ fn stored_token(home: &Path) -> anyhow::Result<String> {
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
     );
-    std::fs::create_dir_all(home).with_context(|| format!("cannot create {}", home.display()))?;
+    claude_host_upstream::private_files::create_private_dir(home)
+        .with_context(|| format!("cannot create {}", home.display()))?;
     let tmp = home.join("connection-token.tmp");
     {
         use std::os::unix::fs::OpenOptionsExt;

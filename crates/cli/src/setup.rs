@@ -235,21 +235,31 @@ pub(crate) fn init_logging(opts: &GlobalOpts, to_file: bool) -> Option<()> {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_new(&opts.log).unwrap_or_else(|_| EnvFilter::new("info"));
     if to_file {
+        // Logs hold session ids, paths and model names: the user's alone.
         let dir = opts.home.clone().or_else(crate::default_home)?.join("logs");
-        std::fs::create_dir_all(&dir).ok()?;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join("claude-host.log"))
-            .ok()?;
+        claude_host_upstream::private_files::create_private_dir(&dir).ok()?;
+        let path = dir.join("claude-host.log");
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(&path)
+                .ok()?
+        };
+        // A log file from an older claude-host may have been readable by others.
+        claude_host_upstream::private_files::set_mode_0600(&path).ok()?;
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(false)
             .with_writer(Arc::new(file))
             .init();
     } else {
+        // Colours only for a person at a terminal: in a file or a pipe they are noise.
         tracing_subscriber::fmt()
             .with_env_filter(filter)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .init();
     }
@@ -315,7 +325,7 @@ pub(crate) async fn open_store(
     if let Some(db) = db {
         return Ok(db.metadata.clone());
     }
-    std::fs::create_dir_all(home)
+    claude_host_upstream::private_files::create_private_dir(home)
         .with_context(|| format!("cannot create the data directory {}", home.display()))?;
     let path = home.join("sessions.sqlite");
     let store = claude_host_store::SqliteStore::open(&path).await?;

@@ -10,6 +10,7 @@ pub mod copilot_errors;
 pub mod count_tokens;
 pub mod error;
 pub mod frames;
+pub mod log_safe;
 pub mod messages;
 pub mod model_id;
 pub mod models;

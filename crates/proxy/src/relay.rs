@@ -5,6 +5,7 @@
 use crate::ProxyConfig;
 use bytes::{Bytes, BytesMut};
 use claude_host_protocol::error::{ErrorEnvelope, ErrorKind, status_for_error_type};
+use claude_host_protocol::log_safe::Safe;
 use claude_host_protocol::messages::Initiator;
 use claude_host_protocol::request_kind::RequestKind;
 use claude_host_protocol::sse::{event_data, event_name, find_event_end, format_event};
@@ -104,9 +105,9 @@ impl RequestLog {
         self.mark_first_byte();
         let ttfb_ms = self.ttfb.map_or(0.0, |d| d.as_secs_f64() * 1000.0);
         tracing::info!(
-            session = %self.session,
-            model = %self.model,
-            upstream_model = %self.upstream_model,
+            session = %Safe(&self.session),
+            model = %Safe(&self.model),
+            upstream_model = %Safe(&self.upstream_model),
             initiator = %self.billing.initiator.as_str(),
             kind = %self.billing.kind,
             session_user_requests = self.billing.counts.0,
@@ -117,7 +118,7 @@ impl RequestLog {
             duration_ms = format!("{:.1}", self.started.elapsed().as_secs_f64() * 1000.0),
             input_tokens = self.input_tokens.unwrap_or(0),
             output_tokens = self.output_tokens.unwrap_or(0),
-            outcome,
+            outcome = %Safe(outcome),
             "POST /v1/messages"
         );
     }
@@ -336,7 +337,7 @@ impl Relay {
 
     fn fail_stream(&mut self, message: String) {
         let env = ErrorEnvelope::new(ErrorKind::Api, message);
-        tracing::warn!(session = %self.log.session, error = %env.error.message, "stream failed");
+        tracing::warn!(session = %Safe(&self.log.session), error = %Safe(&env.error.message), "stream failed");
         self.out.push_back(error_frame(&env));
         self.first_error = Some(env);
         self.finished = true;

@@ -9,6 +9,7 @@ use claude_host_protocol::betas::filter_betas;
 use claude_host_protocol::copilot_errors::{self, CopilotRefusal};
 use claude_host_protocol::count_tokens::estimate_input_tokens;
 use claude_host_protocol::error::{ErrorEnvelope, ErrorKind};
+use claude_host_protocol::log_safe::Safe;
 use claude_host_protocol::messages::MessagesRequest;
 use claude_host_protocol::model_id;
 use claude_host_protocol::models::{AnthropicModel, ModelsPage};
@@ -26,17 +27,32 @@ use std::time::Instant;
 pub(crate) type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
 pub(crate) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .map(HeaderValue::as_bytes)
-        .or_else(|| req.uri().authority().map(|a| a.as_str().as_bytes()));
+    // HTTP/1.1 requires exactly one Host; an absolute-form target must name the same
+    // authority. Anything else is malformed (400), not merely foreign.
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    let malformed = match (hosts, req.uri().authority()) {
+        (0, _) => Some("the request has no Host header".to_owned()),
+        (1, None) => None,
+        (1, Some(a)) => req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| h.eq_ignore_ascii_case(a.as_str()))
+            .is_none()
+            .then(|| "the request target's authority differs from its Host header".to_owned()),
+        (n, _) => Some(format!("the request has {n} Host headers")),
+    };
+    if let Some(why) = malformed {
+        tracing::warn!(reason = %why, "refused a malformed request");
+        return error(StatusCode::BAD_REQUEST, ErrorKind::InvalidRequest, why);
+    }
+    let host = req.headers().get(header::HOST).map(HeaderValue::as_bytes);
     if !host_allowed(host, &state.allowed_hosts) {
         let shown = host
             .map(String::from_utf8_lossy)
             .unwrap_or_default()
             .into_owned();
-        tracing::warn!(host = %shown, "refused a request with a foreign Host header");
+        tracing::warn!(host = %Safe(&shown), "refused a request with a foreign Host header");
         return error(
             StatusCode::FORBIDDEN,
             ErrorKind::Permission,
@@ -143,7 +159,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
             None => {
                 let available: Vec<&str> =
                     catalog.models.iter().map(|m| m.sdk_id.as_str()).collect();
-                tracing::warn!(%session, model = %parsed.model, "unknown model");
+                tracing::warn!(session = %Safe(&session), model = %Safe(&parsed.model), "unknown model");
                 return error(
                     StatusCode::NOT_FOUND,
                     ErrorKind::NotFound,
@@ -176,7 +192,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
     let mut prepared = match prepare(&parsed, &body, &catalog, &first_model) {
         Ok(p) => p,
         Err(refusal) => {
-            tracing::warn!(%session, model = %first_model, reason = %refusal, "refused before the upstream");
+            tracing::warn!(session = %Safe(&session), model = %Safe(&first_model), reason = %Safe(&refusal.to_string()), "refused before the upstream");
             return error(
                 StatusCode::BAD_REQUEST,
                 ErrorKind::InvalidRequest,
@@ -256,7 +272,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
                 && *f != prepared.model
                 && let Ok(p) = prepare(&parsed, &body, &catalog, f)
             {
-                tracing::warn!(%session, from = %prepared.model, to = %f, "premium requests used up; answering with the fallback model");
+                tracing::warn!(session = %Safe(&session), from = %prepared.model, to = %f, "premium requests used up; answering with the fallback model");
                 prepared = p;
                 log.set_upstream_model(&prepared.model);
                 call.body = prepared.body.clone();

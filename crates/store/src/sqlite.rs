@@ -30,6 +30,19 @@ impl SqliteStore {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| open_err(e.to_string()))?;
         }
+        // Titles are first prompts: the file is the user's alone. SQLite gives its -wal and
+        // -shm files the database file's mode, so they follow.
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| open_err(e.to_string()))?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| open_err(e.to_string()))?;
+        }
         let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
             .map_err(|e| open_err(e.to_string()))?
             .create_if_missing(true)

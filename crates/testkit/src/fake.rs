@@ -54,6 +54,12 @@ pub struct FakeConfig {
     pub require_copilot_headers: bool,
     /// SSE events per body write (real upstreams batch; benchmarks use 10).
     pub sse_events_per_write: usize,
+    /// Each SSE event its own HTTP chunk, as real upstreams send them; the
+    /// `sse_events_per_write` chunks of a group still reach the socket together. Off: a group
+    /// is one chunk (the best case for a relay).
+    pub sse_chunk_per_event: bool,
+    /// A pause between groups of events (a model's pace); `None`: as fast as the socket takes.
+    pub sse_group_gap: Option<std::time::Duration>,
 }
 
 impl Default for FakeConfig {
@@ -67,6 +73,8 @@ impl Default for FakeConfig {
             models: default_models(),
             require_copilot_headers: true,
             sse_events_per_write: 1,
+            sse_chunk_per_event: false,
+            sse_group_gap: None,
         }
     }
 }
@@ -828,10 +836,26 @@ fn batch(events: &[String], per_write: usize) -> Vec<Bytes> {
         .collect()
 }
 
+/// The body chunks of a normal stream, and how many of them make one socket write.
+fn stream_chunks(state: &State, events: &[String]) -> (Vec<Bytes>, usize) {
+    let per = state.config.sse_events_per_write.max(1);
+    if state.config.sse_chunk_per_event {
+        (events.iter().map(|e| Bytes::from(e.clone())).collect(), per)
+    } else {
+        (batch(events, per), 1)
+    }
+}
+
 fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<Body> {
     let per = state.config.sse_events_per_write;
     let body = match plan {
-        Plan::Normal => FakeBody::ready(state.clone(), batch(&events, per)),
+        Plan::Normal => {
+            let (chunks, group) = stream_chunks(&state, &events);
+            let mut body = FakeBody::ready(state.clone(), chunks);
+            body.group = group;
+            body.gap = state.config.sse_group_gap;
+            body
+        }
         Plan::ErrorAfter(n, kind, message) => {
             let mut evs: Vec<String> = events.into_iter().take(n).collect();
             evs.push(event(
@@ -930,6 +954,12 @@ struct FakeBody {
     /// without completing the message (no last chunk, or fewer bytes than `Content-Length`).
     cut: Cut,
     finished: bool,
+    /// Chunks per socket write: the body pauses after each group, so hyper writes it.
+    group: usize,
+    sent_in_group: usize,
+    /// How long each pause lasts (`None`: a yield).
+    gap: Option<std::time::Duration>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 enum Source {
@@ -944,6 +974,10 @@ impl FakeBody {
             source: Source::Ready(chunks.into()),
             cut: Cut::No,
             finished: false,
+            group: usize::MAX,
+            sent_in_group: 0,
+            gap: None,
+            sleep: None,
         }
     }
 
@@ -953,6 +987,10 @@ impl FakeBody {
             source: Source::Ready(VecDeque::from([sent])),
             cut: Cut::Pending,
             finished: false,
+            group: usize::MAX,
+            sent_in_group: 0,
+            gap: None,
+            sleep: None,
         }
     }
 
@@ -962,6 +1000,10 @@ impl FakeBody {
             source: Source::Channel(rx),
             cut: Cut::No,
             finished: false,
+            group: usize::MAX,
+            sent_in_group: 0,
+            gap: None,
+            sleep: None,
         }
     }
 }
@@ -974,12 +1016,38 @@ impl hyper::body::Body for FakeBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if let Some(sleep) = self.sleep.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        }
+        if self.sent_in_group >= self.group {
+            // A group is complete: pause, so hyper writes it as one socket write.
+            self.sent_in_group = 0;
+            match self.gap {
+                Some(gap) => {
+                    let mut sleep = Box::pin(tokio::time::sleep(gap));
+                    if sleep.as_mut().poll(cx).is_pending() {
+                        self.sleep = Some(sleep);
+                        return Poll::Pending;
+                    }
+                }
+                None => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+            }
+        }
         let next = match &mut self.source {
             Source::Ready(q) => Poll::Ready(q.pop_front()),
             Source::Channel(rx) => rx.poll_recv(cx),
         };
         match next {
-            Poll::Ready(Some(b)) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            Poll::Ready(Some(b)) => {
+                self.sent_in_group += 1;
+                Poll::Ready(Some(Ok(Frame::data(b))))
+            }
             Poll::Ready(None) => match self.cut {
                 Cut::No => {
                     self.finished = true;

@@ -1210,3 +1210,62 @@ async fn used_up_premium_requests_end_the_turn_with_the_reset_date() {
     );
     assert!(message.contains("2026-12-01"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_titles_and_drafts_are_refused_and_change_nothing() {
+    let e = env().await;
+    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    let session_uri = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session_uri).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session_uri);
+    let seq = c
+        .dispatch(
+            &session_uri,
+            json!({"type": "session/titleChanged", "title": "t".repeat(1_001)}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    let why = echo["rejectionReason"].as_str().unwrap_or_default();
+    assert!(why.contains("at most 1000 characters"), "{echo}");
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/draftChanged", "draft": {"text": "d".repeat(9 << 20),
+                "origin": {"kind": "user"}}}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("larger than 8 MiB"),
+        "{}",
+        &echo.to_string()[..300.min(echo.to_string().len())]
+    );
+    // Nothing of either was kept.
+    let s = c.ok("subscribe", json!({"channel": session_uri})).await;
+    assert!(
+        s["snapshot"]["state"]["title"]
+            .as_str()
+            .unwrap_or_default()
+            .len()
+            < 1_001
+    );
+    let s = c.ok("subscribe", json!({"channel": chat})).await;
+    assert!(
+        s["snapshot"]["state"]
+            .get("draft")
+            .is_none_or(Value::is_null),
+        "{}",
+        s["snapshot"]["state"]["draft"]
+    );
+    // A title of normal length still goes through.
+    let seq = c
+        .dispatch(
+            &session_uri,
+            json!({"type": "session/titleChanged", "title": "Fine"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+}

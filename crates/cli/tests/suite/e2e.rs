@@ -507,6 +507,25 @@ async fn run_keeps_the_session_overlay_and_resumes_with_history() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Everything under the data directory is the user's alone (titles are first prompts).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let home = h.home();
+        assert_eq!(mode(&home), 0o700);
+        assert_eq!(mode(&home.join("logs")), 0o700);
+        assert_eq!(mode(&home.join("logs/claude-host.log")), 0o600);
+        for f in [
+            "sessions.sqlite",
+            "sessions.sqlite-wal",
+            "sessions.sqlite-shm",
+        ] {
+            let p = home.join(f);
+            if f == "sessions.sqlite" || p.exists() {
+                assert_eq!(mode(&p), 0o600, "{f}");
+            }
+        }
+    }
 
     let mut c = h.cmd();
     c.args(["sessions", "list", "--json"]);
@@ -944,4 +963,60 @@ async fn sessions_claude_host_drives_have_no_web_search_behind_copilot() {
     };
     assert!(listed(&reqs[0]));
     assert!(!listed(&reqs[1]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_supplied_values_cannot_forge_log_lines() {
+    let h = Host::new().await;
+    let mut c = h.cmd();
+    c.args(["proxy", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let info: Value = serde_json::from_str(&line).unwrap();
+    let nonce = info["auth_token"]
+        .as_str()
+        .unwrap()
+        .split_once('.')
+        .unwrap()
+        .0
+        .to_owned();
+    let forged = "x\n2026-11-25T00:00:00Z  INFO FORGED line\u{1b}[2J";
+    let long = "m".repeat(100_000);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for (session, model) in [("s\nFORGED session", forged), ("s", long.as_str())] {
+        let resp = http
+            .post(format!("{}/v1/messages", info["base_url"].as_str().unwrap()))
+            .header("authorization", format!("Bearer {nonce}.{}", session.replace('\n', "%0A")))
+            .json(&json!({"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404, "an unknown model");
+    }
+    let mut stderr = child.stderr.take().unwrap();
+    assert!(terminate(child).success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    assert!(
+        err.lines().all(|l| !l.starts_with("2026-11-25T00:00:00Z")),
+        "a forged line: {err}"
+    );
+    assert!(
+        !err.contains('\u{1b}'),
+        "an escape sequence reached the log"
+    );
+    assert!(
+        err.contains("FORGED line\\u{1b}[2J"),
+        "logged escaped: {err}"
+    );
+    assert!(
+        err.len() < 20_000,
+        "a 100 KB model name is cut: {} bytes",
+        err.len()
+    );
 }

@@ -124,20 +124,53 @@ async fn foreign_host_headers_are_refused() {
     assert_eq!(e.fake.requests().len(), 0);
 }
 
-#[tokio::test]
-async fn a_request_without_host_is_refused() {
-    let e = env().await;
+/// Sends raw bytes to the proxy and returns what it answered.
+async fn raw(e: &Env, request: &str) -> String {
     let mut sock = tokio::net::TcpStream::connect(e.proxy.addr())
         .await
         .unwrap();
-    sock.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+    sock.write_all(request.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     sock.read_to_end(&mut out).await.unwrap();
-    let text = String::from_utf8_lossy(&out);
-    assert!(
-        text.starts_with("HTTP/1.0 403") || text.starts_with("HTTP/1.1 403"),
-        "{text}"
-    );
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn malformed_host_headers_are_bad_requests() {
+    let e = env().await;
+    let port = e.proxy.addr().port();
+    let good = format!("127.0.0.1:{port}");
+    let cases = [
+        ("GET / HTTP/1.0\r\n\r\n".to_owned(), "no Host header"),
+        (
+            format!(
+                "GET / HTTP/1.1\r\nHost: {good}\r\nHost: attacker.test\r\nConnection: close\r\n\r\n"
+            ),
+            "2 Host headers",
+        ),
+        (
+            format!(
+                "GET http://attacker.test/ HTTP/1.1\r\nHost: {good}\r\nConnection: close\r\n\r\n"
+            ),
+            "differs from its Host header",
+        ),
+    ];
+    for (request, says) in cases {
+        let text = raw(&e, &request).await;
+        assert!(
+            text.starts_with("HTTP/1.0 400") || text.starts_with("HTTP/1.1 400"),
+            "{request:?}: {text}"
+        );
+        assert!(text.contains(says), "{text}");
+        assert!(text.contains("invalid_request_error"), "{text}");
+    }
+    // The same authority in absolute form is served.
+    let text = raw(
+        &e,
+        &format!("GET http://{good}/ HTTP/1.1\r\nHost: {good}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
 
 #[tokio::test]

@@ -17,18 +17,21 @@ fn names(events: &[(String, Value)]) -> Vec<&str> {
 
 /// The fake's own stream for the same request, fetched directly with a minted token.
 async fn direct_events(e: &Env, body: &Value) -> Vec<(String, Value)> {
+    sse_events(direct_response(e, body).await).await
+}
+
+async fn direct_response(e: &Env, body: &Value) -> reqwest::Response {
     let tok = e.copilot.token().await.unwrap();
     let mut body = body.clone();
     body["model"] = json!("claude-opus-5.5");
-    let resp = e
-        .http
+    e.http
         .post(format!("{}/v1/messages", e.fake.url()))
         .header("authorization", format!("Bearer {}", tok.token))
+        .header("copilot-integration-id", "vscode-chat")
         .json(&body)
         .send()
         .await
-        .unwrap();
-    sse_events(resp).await
+        .unwrap()
 }
 
 #[tokio::test]

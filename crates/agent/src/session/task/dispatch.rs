@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The longest title a client may set (titles are listed everywhere; generated ones are short).
+const MAX_TITLE_CHARS: usize = 1_000;
+/// The largest draft a client may store in a chat (pasted images included).
+const MAX_DRAFT_BYTES: usize = 8 << 20;
+
 impl Task {
     pub(super) async fn dispatch(
         &mut self,
@@ -40,6 +45,23 @@ impl Task {
                     Some((StateAction::ChatTruncated(a), origin.clone())),
                 )
                 .await
+            }
+            (ChannelKind::Chat, StateAction::ChatDraftChanged(d))
+                if serde_json::to_vec(&d).map_or(0, |v| v.len()) > MAX_DRAFT_BYTES =>
+            {
+                // A draft is kept in every snapshot of the chat, for every client.
+                Err(format!(
+                    "the draft is larger than {} MiB; attach large files instead of pasting them",
+                    MAX_DRAFT_BYTES >> 20
+                ))
+            }
+            (ChannelKind::Session, StateAction::SessionTitleChanged(t))
+                if t.title.chars().count() > MAX_TITLE_CHARS =>
+            {
+                Err(format!(
+                    "a title has at most {MAX_TITLE_CHARS} characters; this one has {}",
+                    t.title.chars().count()
+                ))
             }
             (
                 ChannelKind::Chat,
