@@ -41,6 +41,12 @@ pub struct ServeConfig {
     /// The kernel send buffer of each connection (`None`: the kernel tunes it). With both
     /// bounds, what a client that stops reading can cost the server is bounded too.
     pub socket_send_buffer: Option<u32>,
+    /// How long a new connection may take to complete its WebSocket upgrade (token checked)
+    /// before it is closed.
+    pub handshake_timeout: Duration,
+    /// Connections that have not completed their upgrade yet, at most; more are closed as
+    /// they arrive (connections that have are not counted).
+    pub max_handshakes: usize,
 }
 
 impl Default for ServeConfig {
@@ -52,6 +58,8 @@ impl Default for ServeConfig {
             max_pending_requests: 64,
             outbound_queue: 4096,
             socket_send_buffer: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 64,
         }
     }
 }
@@ -120,13 +128,21 @@ async fn accept_loop(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut backoff = FIRST_ACCEPT_BACKOFF;
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(config.max_handshakes.max(1)));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     backoff = FIRST_ACCEPT_BACKOFF;
+                    // Before the token is checked a connection costs a descriptor and
+                    // nothing else may: their number is capped.
+                    let Ok(slot) = handshakes.clone().try_acquire_owned() else {
+                        tracing::warn!(%peer, "too many connections still upgrading; closing a new one");
+                        drop(stream);
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(connection(stream, peer, host.clone(), config.clone(), stopped.clone()));
+                    tokio::spawn(connection(stream, peer, host.clone(), config.clone(), stopped.clone(), slot));
                 }
                 Err(e) => {
                     // Out of file descriptors, say: retrying at once would spin a core.
@@ -364,6 +380,7 @@ async fn connection(
     host: Arc<Host>,
     config: Arc<ServeConfig>,
     mut stopped: watch::Receiver<bool>,
+    handshake_slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     let token = config.connection_token.clone();
     // The callback's signature is tungstenite's.
@@ -380,15 +397,19 @@ async fn connection(
     let mut ws_config = WebSocketConfig::default();
     ws_config.max_message_size = Some(config.max_message_bytes);
     ws_config.max_frame_size = Some(config.max_message_bytes);
-    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(ws_config))
-        .await
-    {
-        Ok(ws) => ws,
-        Err(e) => {
+    let upgrade = tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(ws_config));
+    let ws = match tokio::time::timeout(config.handshake_timeout, upgrade).await {
+        Ok(Ok(ws)) => ws,
+        Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "WebSocket handshake failed");
             return;
         }
+        Err(_) => {
+            tracing::info!(%peer, "closed a connection that did not complete its upgrade in time");
+            return;
+        }
     };
+    drop(handshake_slot);
     tracing::info!(%peer, "client connected");
     let (mut sink, mut incoming) = ws.split();
     let (out, mut out_rx) = mpsc::channel::<Arc<str>>(config.outbound_queue.max(16));

@@ -41,6 +41,13 @@ pub struct ProxyConfig {
     /// A model (any id form) that answers instead when Copilot says premium requests are
     /// used up; `None`: the client gets the quota error.
     pub quota_fallback_model: Option<String>,
+    /// How long a connection may take to send a request's headers, and may stay idle between
+    /// requests, before it is closed.
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive.
+    pub body_timeout: Duration,
+    /// Most connections open at once; more are closed as they arrive.
+    pub max_connections: usize,
 }
 
 impl Default for ProxyConfig {
@@ -55,6 +62,9 @@ impl Default for ProxyConfig {
                 .map(|s| (*s).to_owned())
                 .collect(),
             quota_fallback_model: None,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 }
@@ -287,6 +297,10 @@ async fn accept_loop(
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        state.config.max_connections.max(1),
+    ));
+    let mut refused: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
             () = cancel.cancelled() => return,
@@ -300,16 +314,30 @@ async fn accept_loop(
                 }
             },
         };
+        // A cap on open connections: idle or half-sent ones cannot use up the descriptors
+        // that legitimate clients need (they are closed by the header timeout meanwhile).
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refused += 1;
+            if refused.is_power_of_two() {
+                tracing::warn!(%peer, refused, max = state.config.max_connections, "too many connections; closing new ones");
+            }
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let cancel = cancel.clone();
         tracker.spawn(async move {
+            let _slot = slot;
+            let header_timeout = state.config.header_timeout;
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
                 async move { Ok::<_, std::convert::Infallible>(routes::handle(req, state).await) }
             });
             let conn = http1::Builder::new()
                 .keep_alive(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 r = conn => {

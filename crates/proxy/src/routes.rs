@@ -93,7 +93,11 @@ pub(crate) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Respons
     }
 }
 
-async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Response<Body>> {
+async fn read_body(
+    req: Request<Incoming>,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, Response<Body>> {
     let too_large = || {
         error(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -109,7 +113,18 @@ async fn read_body(req: Request<Incoming>, limit: usize) -> Result<Bytes, Respon
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(req.into_body(), limit).collect().await {
+    let body = tokio::time::timeout(timeout, Limited::new(req.into_body(), limit).collect());
+    let Ok(read) = body.await else {
+        return Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::InvalidRequest,
+            format!(
+                "the request body did not arrive within {} s",
+                timeout.as_secs()
+            ),
+        ));
+    };
+    match read {
         Ok(b) => Ok(b.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err(error(
@@ -133,7 +148,7 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
     let subagent_header = req.headers().contains_key("x-claude-code-agent-id");
     let beta = header_str("anthropic-beta");
     let user_agent = header_str("user-agent");
-    let body = match read_body(req, state.config.body_limit).await {
+    let body = match read_body(req, state.config.body_limit, state.config.body_timeout).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
@@ -442,7 +457,7 @@ fn prepare(
 }
 
 async fn count_tokens(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
-    let body = match read_body(req, state.config.body_limit).await {
+    let body = match read_body(req, state.config.body_limit, state.config.body_timeout).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };

@@ -173,3 +173,55 @@ async fn resource_commands_stay_inside_the_working_directory() {
     assert!(write.is_err());
     assert!(!e.dir.path().join("planted.txt").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_that_stall_are_closed_and_capped() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let e = env_serving(HostConfig::default(), |s| {
+        s.handshake_timeout = Duration::from_secs(2);
+        s.max_handshakes = 2;
+    })
+    .await;
+    let addr = e
+        .url
+        .trim_start_matches("ws://")
+        .split(['/', '?'])
+        .next()
+        .unwrap()
+        .to_owned();
+    let closed = |mut s: tokio::net::TcpStream| async move {
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("closed in time")
+            .ok();
+        out
+    };
+    // Two connections that start an upgrade and never finish it hold both slots…
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(b"GET /?tkn=x HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        stalled.push(s);
+    }
+    // …so a third is closed at once (the slots are taken before it is read)…
+    let third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let started = std::time::Instant::now();
+    assert!(closed(third).await.is_empty());
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "closed without waiting for the upgrade timeout"
+    );
+    // …and the stalled ones are closed by the timeout.
+    for s in stalled {
+        closed(s).await;
+    }
+    // Then a real client connects as usual.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while tokio_tungstenite::connect_async(&e.url).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "never accepted again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -196,3 +196,99 @@ async fn unknown_route_is_404_in_the_anthropic_envelope() {
         .unwrap();
     assert_eq!(resp.status(), 404);
 }
+
+fn short_timeouts(max_connections: usize) -> ProxyConfig {
+    ProxyConfig {
+        header_timeout: std::time::Duration::from_millis(300),
+        body_timeout: std::time::Duration::from_millis(300),
+        max_connections,
+        ..ProxyConfig::default()
+    }
+}
+
+/// Reads until the server closes the connection (or 10 s pass: then the test fails).
+async fn until_closed(sock: &mut tokio::net::TcpStream) -> String {
+    let mut out = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        sock.read_to_end(&mut out),
+    )
+    .await
+    .expect("the server closed the connection in time")
+    .ok();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn half_sent_requests_and_idle_connections_are_closed() {
+    let e = env_with(short_timeouts(64)).await;
+    let port = e.proxy.addr().port();
+    // Headers that never end.
+    let mut sock = tokio::net::TcpStream::connect(e.proxy.addr())
+        .await
+        .unwrap();
+    sock.write_all(format!("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n").as_bytes())
+        .await
+        .unwrap();
+    until_closed(&mut sock).await;
+    // A body that never arrives: 408, then closed.
+    let mut sock = tokio::net::TcpStream::connect(e.proxy.addr())
+        .await
+        .unwrap();
+    sock.write_all(
+        format!(
+            "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {}\r\nContent-Length: 100\r\n\r\n{{",
+            e.bearer()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let answer = until_closed(&mut sock).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
+    // A connection that says nothing at all.
+    let mut sock = tokio::net::TcpStream::connect(e.proxy.addr())
+        .await
+        .unwrap();
+    until_closed(&mut sock).await;
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_are_closed_and_the_cap_frees_up() {
+    let e = env_with(ProxyConfig {
+        header_timeout: std::time::Duration::from_secs(30),
+        ..short_timeouts(3)
+    })
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(
+            tokio::net::TcpStream::connect(e.proxy.addr())
+                .await
+                .unwrap(),
+        );
+    }
+    // Held open by the three idle ones: the fourth is closed at once.
+    let mut extra = tokio::net::TcpStream::connect(e.proxy.addr())
+        .await
+        .unwrap();
+    let _ = extra.write_all(b"GET / HTTP/1.1\r\n").await;
+    assert_eq!(until_closed(&mut extra).await, "");
+    drop(idle.pop());
+    // Once one leaves, a client is served again (the freed slot may take a moment to show).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let ok = e
+            .http
+            .get(e.url("/"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200);
+        if ok {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never served again");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
