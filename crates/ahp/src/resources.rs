@@ -32,7 +32,7 @@ use base64::Engine as _;
 use claude_host_protocol::uri::file_uri;
 use serde_json::Value;
 use std::fs::{self, File, Metadata, OpenOptions};
-use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -464,7 +464,10 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
     };
     let position = u64::try_from(p.position.unwrap_or(0))
         .map_err(|_| RpcError::invalid_params("`position` must not be negative"))?;
-    let mut file = match locate(roots, &path)? {
+    // The new content goes to a temporary file beside the target, which then replaces it
+    // (or, for a new file, is linked into place): a write that fails part-way (a full disk)
+    // leaves the old file as it was, or no file, and no temporary behind.
+    let (mut file, place) = match locate(roots, &path)? {
         Place::Existing(real) => {
             if p.create_only == Some(true) {
                 return Err(already_exists(&path));
@@ -482,13 +485,8 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
                     path.display()
                 )));
             }
-            // No truncation at open: nothing changes before the handle is verified.
-            open_verified(
-                roots,
-                &path,
-                &real,
-                OpenOptions::new().read(true).write(true),
-            )?
+            let file = open_verified(roots, &path, &real, OpenOptions::new().read(true))?;
+            (Some(file), real)
         }
         Place::Missing { base, rest } => {
             if p.if_match.is_some() {
@@ -510,69 +508,98 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
                     ),
                 ));
             }
-            let target = base.join(rest);
-            // O_EXCL: a symlink planted at the name meanwhile is not followed.
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&target)
-                .map_err(|e| io_error(&path, &e))?;
-            let seen = file.metadata().map_err(|e| io_error(&path, &e))?;
-            still_inside(roots, &path, &target, &seen)?;
-            file
+            (None, base.join(rest))
         }
     };
-    let meta = file.metadata().map_err(|e| io_error(&path, &e))?;
-    if let Some(want) = &p.if_match
-        && *want != etag(&meta)
-    {
-        return Err(RpcError::new(
-            CONFLICT,
-            format!(
-                "{} changed since `ifMatch` was read from it",
-                path.display()
-            ),
-        ));
-    }
-    let len = meta.len();
+    let fail = |e: io::Error| io_error(&path, &e);
+    let (old, mode) = match file.as_mut() {
+        Some(f) => {
+            let meta = f.metadata().map_err(fail)?;
+            if let Some(want) = &p.if_match
+                && *want != etag(&meta)
+            {
+                return Err(RpcError::new(
+                    CONFLICT,
+                    format!(
+                        "{} changed since `ifMatch` was read from it",
+                        path.display()
+                    ),
+                ));
+            }
+            if meta.len() > MAX_READ_BYTES {
+                return Err(RpcError::invalid_params(format!(
+                    "{} is {} bytes; files over {MAX_READ_BYTES} bytes are not rewritten",
+                    path.display(),
+                    meta.len()
+                )));
+            }
+            let mut old = Vec::new();
+            f.read_to_end(&mut old).map_err(fail)?;
+            (old, Some(meta.permissions()))
+        }
+        None => (Vec::new(), None),
+    };
+    let len = old.len() as u64;
     if position > len {
         return Err(RpcError::invalid_params(format!(
             "`position` {position} is past the end of {} ({len} bytes)",
             path.display()
         )));
     }
-    let fail = |e: io::Error| io_error(&path, &e);
-    match p.mode.unwrap_or(ResourceWriteMode::Truncate) {
-        ResourceWriteMode::Truncate => {
-            file.set_len(position).map_err(fail)?;
-            file.seek(SeekFrom::Start(position)).map_err(fail)?;
-            file.write_all(&data).map_err(fail)?;
+    // `position` and `len` are at most MAX_READ_BYTES here: they fit in usize.
+    let at = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let (head, tail): (&[u8], &[u8]) = match p.mode.unwrap_or(ResourceWriteMode::Truncate) {
+        ResourceWriteMode::Truncate => (&old[..at(position)], &[]),
+        ResourceWriteMode::Append => old.split_at(at(len - position)),
+        ResourceWriteMode::Insert => old.split_at(at(position)),
+    };
+    let dir = place.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".claude-host-write-")
+        .tempfile_in(dir)
+        .map_err(fail)?;
+    if let Some(mode) = mode {
+        tmp.as_file().set_permissions(mode).map_err(fail)?;
+    } else {
+        // A new file gets what a plain create would give it, not the temporary's 0600.
+        use std::os::unix::fs::PermissionsExt;
+        let umask = current_umask();
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(0o666 & !umask))
+            .map_err(fail)?;
+    }
+    let written = (|| -> io::Result<()> {
+        let f = tmp.as_file_mut();
+        f.write_all(head)?;
+        f.write_all(&data)?;
+        f.write_all(tail)?;
+        f.sync_all()
+    })();
+    written.map_err(fail)?;
+    if file.is_some() {
+        tmp.persist(&place).map_err(|e| fail(e.error))?;
+    } else {
+        // Linked, not renamed: a file someone created there meanwhile is not replaced.
+        fs::hard_link(tmp.path(), &place).map_err(fail)?;
+        let seen = fs::symlink_metadata(&place).map_err(fail)?;
+        if let Err(e) = still_inside(roots, &path, &place, &seen) {
+            let _ = fs::remove_file(&place);
+            return Err(e);
         }
-        ResourceWriteMode::Append => splice(&mut file, &path, len - position, len, &data)?,
-        ResourceWriteMode::Insert => splice(&mut file, &path, position, len, &data)?,
     }
     Ok(ResourceWriteResult {})
 }
 
-/// Writes `data` at `at`, moving the bytes from `at` to the end (`len`) after it.
-fn splice(file: &mut File, path: &Path, at: u64, len: u64, data: &[u8]) -> Result<(), RpcError> {
-    let fail = |e: io::Error| io_error(path, &e);
-    let tail_len = len - at;
-    if tail_len > MAX_READ_BYTES {
-        return Err(RpcError::invalid_params(format!(
-            "writing there would move {tail_len} bytes of {}; at most {MAX_READ_BYTES} are moved",
-            path.display()
-        )));
-    }
-    file.seek(SeekFrom::Start(at)).map_err(fail)?;
-    let mut tail = Vec::new();
-    io::Read::take(&mut *file, tail_len)
-        .read_to_end(&mut tail)
-        .map_err(fail)?;
-    file.seek(SeekFrom::Start(at)).map_err(fail)?;
-    file.write_all(data).map_err(fail)?;
-    file.write_all(&tail).map_err(fail)
+/// The process's file creation mask, as Linux reports it (022 when it cannot be read).
+fn current_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 fn list(roots: &Roots, p: ResourceListParams) -> Result<ResourceListResult, RpcError> {
@@ -1070,6 +1097,87 @@ mod tests {
         let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
         png.extend([0, 0xff, 0xfe, 7]);
         png
+    }
+
+    /// Runs the named test again in a child process of this test binary whose files may not
+    /// grow past `limit` bytes (a full disk, for the writes it makes); true in that child.
+    #[allow(unsafe_code)]
+    fn in_child_with_file_size_limit(name: &str, limit: u64) -> bool {
+        if std::env::var_os("CLAUDE_HOST_TEST_FSIZE").is_some() {
+            // SAFETY: plain syscalls on this process; SIGXFSZ ignored, writes fail with EFBIG.
+            unsafe {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let lim = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+            }
+            return true;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env("CLAUDE_HOST_TEST_FSIZE", "1")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "the child ran the test: {text}");
+        false
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_write_that_fails_part_way_leaves_the_old_file_and_nothing_else() {
+        if !in_child_with_file_size_limit(
+            "resources::tests::a_write_that_fails_part_way_leaves_the_old_file_and_nothing_else",
+            64 * 1024,
+        ) {
+            return;
+        }
+        let env = Env::new();
+        let f = env.root().join("kept.txt");
+        let old = "x".repeat(32 * 1024);
+        fs::write(&f, &old).unwrap();
+        let big = "y".repeat(100 * 1024);
+        for mode in ["truncate", "append", "insert"] {
+            let code = env
+                .code(
+                    "resourceWrite",
+                    json!({"uri": u(&f), "data": big, "encoding": "utf-8", "mode": mode}),
+                )
+                .await;
+            assert_ne!(code, 0);
+            assert_eq!(
+                fs::read_to_string(&f).unwrap(),
+                old,
+                "{mode}: the old file is whole"
+            );
+        }
+        let new = env.root().join("new.txt");
+        env.code(
+            "resourceWrite",
+            json!({"uri": u(&new), "data": big, "encoding": "utf-8"}),
+        )
+        .await;
+        assert!(!new.exists(), "no partial new file");
+        let left: Vec<String> = fs::read_dir(env.root())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["kept.txt"], "no temporary files left");
+        // Within the limit, writes work as before, and keep the file's mode.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+        env.write_text(&f, "small").await;
+        assert_eq!(fs::read_to_string(&f).unwrap(), "small");
+        assert_eq!(
+            fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
     }
 
     #[tokio::test]
