@@ -265,6 +265,25 @@ impl Ws {
         }
     }
 
+    /// Creates a session in `m`'s work folder under a `claude:/` URI VS Code would choose and
+    /// subscribes to it and its chat: (session URI, session id, chat URI).
+    async fn new_session(&mut self, m: &Machine) -> (String, String, String) {
+        let id = uuid();
+        let session = format!("claude:/{id}");
+        let work = claude_host_protocol::uri::file_uri(&m.dir.path().join("work"));
+        self.ok(
+            "createSession",
+            serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
+        )
+        .await;
+        self.ok("subscribe", serde_json::json!({"channel": session}))
+            .await;
+        let chat = claude_host_protocol::uri::default_chat_uri(&session);
+        self.ok("subscribe", serde_json::json!({"channel": chat}))
+            .await;
+        (session, id, chat)
+    }
+
     /// Starts a turn and returns its id.
     async fn turn(&mut self, chat: &str, text: &str) -> String {
         let turn = format!("request_{}", uuid());
@@ -353,19 +372,7 @@ async fn a_host_killed_mid_turn_hands_the_session_over_with_every_entry() {
     let (mut serve_b, port_b) = serve(&h, &b, &db);
 
     let mut wa = Ws::connect(port_a, "durable-test-token").await;
-    let session = format!("claude:/{}", uuid());
-    let id = session.strip_prefix("claude:/").unwrap().to_owned();
-    let work = claude_host_protocol::uri::file_uri(&a.dir.path().join("work"));
-    wa.ok(
-        "createSession",
-        serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
-    )
-    .await;
-    wa.ok("subscribe", serde_json::json!({"channel": session}))
-        .await;
-    let chat = claude_host_protocol::uri::default_chat_uri(&session);
-    wa.ok("subscribe", serde_json::json!({"channel": chat}))
-        .await;
+    let (session, id, chat) = wa.new_session(&a).await;
     let t1 = wa.turn(&chat, "first: say ok").await;
     assert_eq!(
         wa.turn_end(&t1).await["action"]["type"],
@@ -514,17 +521,7 @@ async fn postgres_restarted_mid_turn_the_turn_completes_and_the_store_catches_up
     let a = Machine::new();
     let (mut serve_a, port) = serve(&h, &a, &db);
     let mut w = Ws::connect(port, "durable-test-token").await;
-    let session = format!("claude:/{}", uuid());
-    let id = session.strip_prefix("claude:/").unwrap().to_owned();
-    let work = claude_host_protocol::uri::file_uri(&a.dir.path().join("work"));
-    w.ok(
-        "createSession",
-        serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
-    )
-    .await;
-    let chat = claude_host_protocol::uri::default_chat_uri(&session);
-    w.ok("subscribe", serde_json::json!({"channel": chat}))
-        .await;
+    let (_, id, chat) = w.new_session(&a).await;
     let turn = w.turn(&chat, "make a file").await;
     let ready = w
         .action("the Bash confirmation", |x| {
