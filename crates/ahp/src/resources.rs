@@ -797,6 +797,15 @@ fn rename(roots: &Roots, p: ResourceMoveParams) -> Result<ResourceMoveResult, Rp
 fn copy(roots: &Roots, p: ResourceCopyParams) -> Result<ResourceCopyResult, RpcError> {
     let (source, destination) = (request_path(&p.source)?, request_path(&p.destination)?);
     let from = locate(roots, &source)?.existing(&source)?;
+    let kind = fs::symlink_metadata(&from)
+        .map_err(|e| io_error(&source, &e))?
+        .file_type();
+    if !(kind.is_file() || kind.is_dir() || kind.is_symlink()) {
+        return Err(RpcError::invalid_params(format!(
+            "{} is a FIFO, socket or device: only files, folders and links are copied",
+            source.display()
+        )));
+    }
     let to = locate_entry(roots, &destination)?;
     if roots.holds_root(&to) {
         return Err(RpcError::new(
@@ -1837,6 +1846,17 @@ mod tests {
             env.code("resourceRead", json!({"uri": u(&fifo)})).await,
             code::INVALID_PARAMS
         );
+        // Nor copied (it used to answer success and create nothing).
+        let copy = root.join("fifo-copy");
+        assert_eq!(
+            env.code(
+                "resourceCopy",
+                json!({"source": u(&fifo), "destination": u(&copy)})
+            )
+            .await,
+            code::INVALID_PARAMS
+        );
+        assert!(!copy.exists());
         // Over the read limit (a sparse file: no 64 MiB written).
         let big = root.join("big.bin");
         File::create(&big)

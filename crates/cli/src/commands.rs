@@ -94,6 +94,9 @@ pub(crate) struct ClaudeArgs {
 }
 
 pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<ExitCode> {
+    ctx.store
+        .check_writable()
+        .context("the credential could not be saved there; set CLAUDE_HOST_HOME or --home to a folder you can write")?;
     let flow = DeviceFlow::new(
         http_client()?,
         &ctx.opts.github_url,

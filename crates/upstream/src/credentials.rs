@@ -113,6 +113,21 @@ impl CredentialStore {
         &self.path
     }
 
+    /// Checks that the credential can be written here (its folder created, a file written
+    /// and removed), before anyone goes through a sign-in whose result would be lost.
+    pub fn check_writable(&self) -> Result<(), CredentialError> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let probe = || -> std::io::Result<()> {
+            crate::private_files::create_private_dir(dir)?;
+            tempfile::NamedTempFile::new_in(dir)?.close()
+        };
+        probe().map_err(|source| CredentialError::Io {
+            action: "cannot write",
+            path: dir.to_path_buf(),
+            source,
+        })
+    }
+
     /// Reads the stored credential, `None` when there is none.
     pub fn load(&self) -> Result<Option<StoredCredential>, CredentialError> {
         let bytes = match std::fs::read(&self.path) {

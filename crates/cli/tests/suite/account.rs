@@ -186,3 +186,30 @@ async fn a_missing_cli_is_installed_from_npm_then_reused() {
         stdout(&out)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_refuses_a_data_folder_it_cannot_write_before_the_device_flow() {
+    let h = Host::new().await;
+    // A folder below a file cannot be created, whoever runs the test.
+    let file = h.dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let out = run({
+        let mut c = h.bare_cmd();
+        c.env("CLAUDE_HOST_HOME", file.join("home")).arg("login");
+        c
+    });
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot write") && err.contains("CLAUDE_HOST_HOME"),
+        "{err}"
+    );
+    assert!(!err.contains("ABCD-1234"), "no code was shown: {err}");
+    assert!(
+        h.fake
+            .requests()
+            .iter()
+            .all(|r| r.path != "/login/device/code"),
+        "the device flow never started"
+    );
+}
