@@ -407,20 +407,22 @@ impl Leases for PgStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<Lease, StoreError> {
-        let now = now_ms();
-        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        // The database's clock, not each host's: hosts whose clocks disagree still agree on
+        // when a lease has run out.
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
         let taken = sqlx::query(
-            "INSERT INTO session_leases (session_id, holder, acquired_at, expires_at) VALUES ($1, $2, $3, $4)
+            "WITH now AS (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT AS ms)
+             INSERT INTO session_leases (session_id, holder, acquired_at, expires_at)
+             SELECT $1, $2, ms, ms + $3 FROM now
              ON CONFLICT (session_id) DO UPDATE SET
                acquired_at = CASE WHEN session_leases.holder = excluded.holder THEN session_leases.acquired_at ELSE excluded.acquired_at END,
                holder = excluded.holder, expires_at = excluded.expires_at
-             WHERE session_leases.holder = excluded.holder OR session_leases.expires_at <= $3
-             RETURNING acquired_at",
+             WHERE session_leases.holder = excluded.holder OR session_leases.expires_at <= excluded.acquired_at
+             RETURNING acquired_at, expires_at",
         )
         .bind(session_id)
         .bind(holder)
-        .bind(now)
-        .bind(expires)
+        .bind(ttl_ms)
         .fetch_optional(&self.pool)
         .await
         .map_err(q)?;
@@ -429,7 +431,7 @@ impl Leases for PgStore {
                 session_id: session_id.to_owned(),
                 holder: holder.to_owned(),
                 acquired_at: row.try_get(0).map_err(q)?,
-                expires_at: expires,
+                expires_at: row.try_get(1).map_err(q)?,
             });
         }
         let row = sqlx::query(
