@@ -553,41 +553,142 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
         ResourceWriteMode::Append => old.split_at(at(len - position)),
         ResourceWriteMode::Insert => old.split_at(at(position)),
     };
-    let dir = place.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".claude-host-write-")
-        .tempfile_in(dir)
-        .map_err(fail)?;
-    if let Some(mode) = mode {
-        tmp.as_file().set_permissions(mode).map_err(fail)?;
-    } else {
-        // A new file gets what a plain create would give it, not the temporary's 0600.
-        use std::os::unix::fs::PermissionsExt;
-        let umask = current_umask();
-        tmp.as_file()
-            .set_permissions(fs::Permissions::from_mode(0o666 & !umask))
-            .map_err(fail)?;
-    }
-    let written = (|| -> io::Result<()> {
-        let f = tmp.as_file_mut();
-        f.write_all(head)?;
-        f.write_all(&data)?;
-        f.write_all(tail)?;
-        f.sync_all()
-    })();
-    written.map_err(fail)?;
-    if file.is_some() {
-        tmp.persist(&place).map_err(|e| fail(e.error))?;
-    } else {
-        // Linked, not renamed: a file someone created there meanwhile is not replaced.
-        fs::hard_link(tmp.path(), &place).map_err(fail)?;
-        let seen = fs::symlink_metadata(&place).map_err(fail)?;
-        if let Err(e) = still_inside(roots, &path, &place, &seen) {
-            let _ = fs::remove_file(&place);
-            return Err(e);
+    let (Some(dir), Some(name)) = (place.parent(), place.file_name()) else {
+        return Err(denied(&path));
+    };
+    // Everything below happens relative to a descriptor of the target's folder, reached
+    // from its root without following a symlink: swapping a folder for a link to somewhere
+    // else while this runs makes the write fail, never land outside.
+    let dirfd = open_dir_beneath(roots, dir).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => io_error(&path, &e),
+        _ => denied(&path),
+    })?;
+    let mode = match mode {
+        Some(m) => {
+            use std::os::unix::fs::PermissionsExt;
+            m.mode() & 0o7777
         }
+        // A new file gets what a plain create would give it.
+        None => 0o666 & !current_umask(),
+    };
+    let tmp_name = format!(".claude-host-write-{}", uuid::Uuid::new_v4().simple());
+    let mut tmp = at::create_new(&dirfd, &tmp_name, mode).map_err(fail)?;
+    let written = (|| -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        // The umask does not narrow an existing file's mode.
+        tmp.set_permissions(fs::Permissions::from_mode(mode))?;
+        tmp.write_all(head)?;
+        tmp.write_all(&data)?;
+        tmp.write_all(tail)?;
+        tmp.sync_all()?;
+        if file.is_some() {
+            at::rename(&dirfd, &tmp_name, name)
+        } else {
+            // Linked, not renamed: a file someone created there meanwhile is not replaced.
+            at::link(&dirfd, &tmp_name, name)?;
+            at::unlink(&dirfd, &tmp_name)
+        }
+    })();
+    if let Err(e) = written {
+        let _ = at::unlink(&dirfd, &tmp_name);
+        return Err(fail(e));
     }
     Ok(ResourceWriteResult {})
+}
+
+/// Opens `dir` (a canonical path inside a root) as a directory descriptor, one component at
+/// a time from the root, refusing to follow a symlink anywhere on the way.
+fn open_dir_beneath(roots: &Roots, dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    let root = roots
+        .dirs
+        .iter()
+        .filter(|r| dir.starts_with(r))
+        .max_by_key(|r| r.as_os_str().len())
+        .ok_or_else(|| io::Error::from(io::ErrorKind::PermissionDenied))?;
+    let mut fd = at::open_dir(None, root.as_os_str())?;
+    for c in dir.strip_prefix(root).unwrap_or(Path::new("")).components() {
+        let Component::Normal(part) = c else {
+            return Err(io::Error::from(io::ErrorKind::PermissionDenied));
+        };
+        fd = at::open_dir(Some(&fd), part)?;
+    }
+    Ok(fd)
+}
+
+/// The `*at` system calls on a directory descriptor, with `O_NOFOLLOW` throughout.
+#[allow(unsafe_code)]
+mod at {
+    use std::ffi::{CString, OsStr};
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+
+    fn c(name: &OsStr) -> io::Result<CString> {
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+    }
+
+    fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// A directory: `path` from the working directory (`dir` None) or `name` in `dir`.
+    pub(super) fn open_dir(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
+        let name = c(name)?;
+        let base = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: a valid C string and descriptor; the result is checked and owned below.
+        let fd = check(unsafe { libc::openat(base, name.as_ptr(), flags) })?;
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// A new regular file `name` in `dir` (never an existing entry, never through a link).
+    pub(super) fn create_new(dir: &OwnedFd, name: &str, mode: u32) -> io::Result<File> {
+        let name = c(OsStr::new(name))?;
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: as in `open_dir`.
+        let fd = check(unsafe {
+            libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint)
+        })?;
+        // SAFETY: as in `open_dir`.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    pub(super) fn rename(dir: &OwnedFd, from: &str, to: &OsStr) -> io::Result<()> {
+        let (from, to) = (c(OsStr::new(from))?, c(to)?);
+        // SAFETY: valid C strings and descriptor.
+        check(unsafe {
+            libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr())
+        })
+        .map(drop)
+    }
+
+    pub(super) fn link(dir: &OwnedFd, from: &str, to: &OsStr) -> io::Result<()> {
+        let (from, to) = (c(OsStr::new(from))?, c(to)?);
+        // SAFETY: valid C strings and descriptor; flags 0 does not follow a link at `from`.
+        check(unsafe {
+            libc::linkat(
+                dir.as_raw_fd(),
+                from.as_ptr(),
+                dir.as_raw_fd(),
+                to.as_ptr(),
+                0,
+            )
+        })
+        .map(drop)
+    }
+
+    pub(super) fn unlink(dir: &OwnedFd, name: &str) -> io::Result<()> {
+        let name = c(OsStr::new(name))?;
+        // SAFETY: valid C string and descriptor.
+        check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
+    }
 }
 
 /// The process's file creation mask, as Linux reports it (022 when it cannot be read).
@@ -1106,6 +1207,58 @@ mod tests {
         let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
         png.extend([0, 0xff, 0xfe, 7]);
         png
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_mid_write_never_lets_a_write_out() {
+        let env = Env::new();
+        let sub = env.root().join("sub");
+        let parked = env.root().join("sub.real");
+        fs::create_dir(&sub).unwrap();
+        let outdir = env.outside().join("outdir");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Swaps `sub` for a link to a folder outside the root and back, as fast as it can.
+        let swapper = {
+            let (sub, parked, outdir, stop) =
+                (sub.clone(), parked.clone(), outdir.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut swaps = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if fs::rename(&sub, &parked).is_ok() {
+                        let _ = symlink(&outdir, &sub);
+                        std::thread::yield_now();
+                        let _ = fs::remove_file(&sub);
+                        let _ = fs::rename(&parked, &sub);
+                        swaps += 1;
+                    }
+                }
+                swaps
+            })
+        };
+        let mut landed = 0;
+        for i in 0..3_000 {
+            let f = sub.join(format!("f{i}.txt"));
+            if env
+                .call(
+                    "resourceWrite",
+                    json!({"uri": u(&f), "data": "x", "encoding": "utf-8"}),
+                )
+                .await
+                .is_ok()
+            {
+                landed += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        let outside: Vec<String> = fs::read_dir(&outdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "inner.txt")
+            .collect();
+        assert!(outside.is_empty(), "written outside the root: {outside:?}");
+        assert!(swaps > 100, "the race was exercised: {swaps} swaps");
+        assert!(landed > 0, "some writes succeeded inside");
     }
 
     /// Runs the named test again in a child process of this test binary whose files may not
