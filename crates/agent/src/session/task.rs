@@ -267,6 +267,10 @@ struct ActiveTurn {
     ours: Option<CommandState>,
     /// A `result` held back while a steering message is still to run.
     held: Option<ResultFrame>,
+    /// A steering message went to the CLI during this turn: the turn ends when the CLI goes
+    /// idle, not at a `result` (the CLI may report one for the interrupted answer before the
+    /// request that carries the steering message).
+    steered: bool,
     done: Option<Done>,
 }
 

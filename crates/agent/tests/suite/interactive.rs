@@ -239,6 +239,19 @@ async fn a_steering_message_lands_in_the_running_turn() {
         .expect("a running turn");
     let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["steeringMessage"]["id"], id.as_str());
+    // The CLI takes the message into the running turn (its command starts) while the answer
+    // is still held at the gate; only then does the answer go on. Opening the gate at once
+    // raced the CLI's reading of its input: on a busy machine the answer could finish first,
+    // and the message became a turn of its own.
+    while !seen
+        .iter()
+        .any(|a: &Value| a["type"] == "chat/pendingMessageRemoved" && a["id"] == id.as_str())
+    {
+        let next = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .expect("the CLI takes the steering message");
+        seen.push(serde_json::to_value(next).unwrap());
+    }
     gate.open();
     tokio::time::timeout(WAIT, turn)
         .await

@@ -81,8 +81,9 @@ impl Task {
                 if turn.phase == Phase::Waiting || turn.ours == Some(CommandState::Queued) {
                     // A turn the CLI ran before our command started.
                     tracing::debug!(session = %self.id, "a result before our command started; skipped");
-                } else if !self.steering.is_empty() {
-                    // A steering message still to run: this result ends only the step before it.
+                } else if !self.steering.is_empty() || turn.steered {
+                    // A steering message still to run, or one that ran: this result ends only
+                    // a step; the turn ends when the CLI goes idle.
                     turn.held = Some(r);
                 } else {
                     end = Some(r);

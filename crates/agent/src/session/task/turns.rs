@@ -78,6 +78,7 @@ impl Task {
             phase: Phase::Waiting,
             ours: None,
             held: None,
+            steered: false,
             done,
         });
     }
@@ -305,7 +306,11 @@ impl Task {
             cli.send_user(Value::String(text), Some(&cli_uuid), Some("now")),
         )
         .await;
-        if !matches!(written, Ok(Ok(()))) {
+        if matches!(written, Ok(Ok(()))) {
+            if let Some(t) = self.turn.as_mut() {
+                t.steered = true;
+            }
+        } else {
             self.steering.retain(|s| s.cli_uuid != cli_uuid);
             self.chat(actions::pending_removed(PendingMessageKind::Steering, id));
             tracing::warn!(session = %self.id, "a steering message could not be sent");
