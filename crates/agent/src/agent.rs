@@ -589,16 +589,9 @@ impl Agent {
         let count = files.len();
         tokio::task::spawn_blocking(move || -> std::io::Result<()> {
             for (path, lines) in files {
-                let Some(lines) = lines else { continue };
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
+                if let Some(lines) = lines {
+                    crate::mirror::write_transcript(&path, &lines)?;
                 }
-                let mut text = lines.join("\n");
-                text.push('\n');
-                // Written whole or not at all: a CLI must never resume half a transcript.
-                let tmp = path.with_extension("jsonl.claude-host-tmp");
-                std::fs::write(&tmp, text)?;
-                std::fs::rename(&tmp, &path)?;
             }
             Ok(())
         })

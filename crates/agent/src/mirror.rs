@@ -105,29 +105,18 @@ pub fn file_for(projects: &Path, key: &TranscriptKey) -> PathBuf {
     }
 }
 
-/// The complete (newline-terminated), non-empty lines of a transcript file.
-pub fn complete_lines(path: &Path) -> std::io::Result<Vec<String>> {
-    let text = match std::fs::read(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let whole = text
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(&text[..0], |end| &text[..end]);
-    Ok(String::from_utf8_lossy(whole)
-        .split('\n')
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_owned)
-        .collect())
+/// The lines of a transcript file that belong in the store (see [`is_mirrored`]): its
+/// complete (newline-terminated), non-empty lines, the request-replay cache left out.
+pub fn mirrored_lines(path: &Path) -> std::io::Result<Vec<String>> {
+    read_from(path, 0, 0).map(|(lines, _)| lines)
 }
 
-/// The lines of a transcript file that belong in the store (see [`is_mirrored`]).
-pub fn mirrored_lines(path: &Path) -> std::io::Result<Vec<String>> {
-    let mut lines = complete_lines(path)?;
-    lines.retain(|l| is_mirrored(l));
-    Ok(lines)
+/// Writes `lines` as a transcript file, whole or not at all (a CLI must never resume half a
+/// transcript): private, through a temporary file beside it.
+pub fn write_transcript(path: &Path, lines: &[String]) -> std::io::Result<()> {
+    let mut text = lines.join("\n");
+    text.push('\n');
+    claude_host_upstream::private_files::write_atomic(path, text.as_bytes())
 }
 
 impl Mirror {

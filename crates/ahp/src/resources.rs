@@ -1312,7 +1312,11 @@ mod tests {
                     json!({"uri": u(&f), "data": big, "encoding": "utf-8", "mode": mode}),
                 )
                 .await;
-            assert_ne!(code, 0);
+            assert_eq!(
+                code,
+                code::INTERNAL_ERROR,
+                "{mode}: the write failed (EFBIG)"
+            );
             assert_eq!(
                 fs::read_to_string(&f).unwrap(),
                 old,

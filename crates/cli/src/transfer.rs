@@ -5,7 +5,7 @@
 //! "entry":{…}}`, in transcript order.
 
 use anyhow::{Context as _, bail};
-use claude_host_agent::mirror::{file_for, key_for, mirrored_lines};
+use claude_host_agent::mirror::{file_for, key_for, mirrored_lines, write_transcript};
 use claude_host_store::{Database, SessionRecord, Store, TranscriptKey};
 use serde_json::{Value, json};
 use std::io::{BufRead as _, Write as _};
@@ -208,13 +208,8 @@ pub(crate) async fn import(
     let mut entries = 0;
     for (key, lines) in &transcripts {
         let path = file_for(&projects, key);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = path.with_extension("jsonl.claude-host-tmp");
-        std::fs::write(&tmp, lines.join("\n") + "\n")
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path)?;
+        write_transcript(&path, lines)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         entries += lines.len();
     }
     if let Some(db) = db {
