@@ -35,6 +35,11 @@ pub struct TurnMapper {
     /// The model that answered last, as the response named it (the proxy names its quota
     /// fallback there; the CLI's own usage is keyed by the model it asked for).
     answered_by: Option<String>,
+    /// The context the last request used (its input, cached or not, and its output): what a
+    /// client shows as how full the context window is.
+    context_tokens: Option<i64>,
+    /// The streamed response's usage so far (`message_start`, then each `message_delta`).
+    streaming_usage: Option<claude_host_protocol::frames::ResultUsage>,
     finished: bool,
 }
 
@@ -50,6 +55,8 @@ impl TurnMapper {
             tools: HashMap::new(),
             asked: HashSet::new(),
             answered_by: None,
+            context_tokens: None,
+            streaming_usage: None,
             finished: false,
         }
     }
@@ -121,6 +128,36 @@ impl TurnMapper {
                 self.streamed.insert(id.clone());
                 self.message_id = Some(id);
                 self.tool_blocks.clear();
+                self.streaming_usage = message
+                    .extra
+                    .get("usage")
+                    .and_then(|u| serde_json::from_value(u.clone()).ok());
+                self.note_context();
+                Vec::new()
+            }
+            StreamEvent::Other(e)
+                if e.get("type").and_then(Value::as_str) == Some("message_delta") =>
+            {
+                // The delta's counts are the response's totals so far; absent ones stand.
+                if let (Some(now), Some(delta)) = (
+                    self.streaming_usage.as_mut(),
+                    e.get("usage").and_then(|u| {
+                        serde_json::from_value::<claude_host_protocol::frames::ResultUsage>(
+                            u.clone(),
+                        )
+                        .ok()
+                    }),
+                ) {
+                    now.output_tokens = delta.output_tokens.or(now.output_tokens);
+                    now.input_tokens = delta.input_tokens.or(now.input_tokens);
+                    now.cache_read_input_tokens = delta
+                        .cache_read_input_tokens
+                        .or(now.cache_read_input_tokens);
+                    now.cache_creation_input_tokens = delta
+                        .cache_creation_input_tokens
+                        .or(now.cache_creation_input_tokens);
+                }
+                self.note_context();
                 Vec::new()
             }
             StreamEvent::ContentBlockStart {
@@ -184,6 +221,11 @@ impl TurnMapper {
             && model != "<synthetic>"
         {
             self.answered_by = Some(model.to_owned());
+        }
+        if !self.streamed.contains(&f.message.id)
+            && let Some(tokens) = context_tokens(&f.message.extra)
+        {
+            self.context_tokens = Some(tokens);
         }
         let t = self.turn_id.clone();
         let mid = if f.message.id.is_empty() {
@@ -260,6 +302,12 @@ impl TurnMapper {
             .collect()
     }
 
+    fn note_context(&mut self) {
+        if let Some(u) = &self.streaming_usage {
+            self.context_tokens = Some(u.total_input() + u.output_tokens.unwrap_or(0));
+        }
+    }
+
     /// The turn's `result`: usage and completion, a cancellation, or an error.
     pub fn finish(&mut self, f: &ResultFrame) -> Vec<StateAction> {
         self.finished = true;
@@ -277,6 +325,9 @@ impl TurnMapper {
                     "durationMs".into(),
                     f.duration_ms.clone().map_or(Value::Null, Value::Number),
                 );
+                if let Some(tokens) = self.context_tokens {
+                    meta.insert(CONTEXT_TOKENS.into(), Value::from(tokens));
+                }
                 let info = UsageInfo {
                     input_tokens: Some(usage.map_or(0, |u| u.total_input())),
                     output_tokens: usage.and_then(|u| u.output_tokens),
@@ -321,6 +372,17 @@ impl TurnMapper {
             message,
         )]
     }
+}
+
+/// The `chat/usage` meta key with the context the turn's last request used.
+pub const CONTEXT_TOKENS: &str = "contextTokens";
+
+/// The context an API response used, from its message's `usage`: every input token (cached
+/// or not) and the output.
+pub fn context_tokens(message_extra: &Map<String, Value>) -> Option<i64> {
+    let usage: claude_host_protocol::frames::ResultUsage =
+        serde_json::from_value(message_extra.get("usage")?.clone()).ok()?;
+    Some(usage.total_input() + usage.output_tokens.unwrap_or(0))
 }
 
 /// Whether a frame shows a turn going on (its content, or the CLI saying it runs): a frame

@@ -6,9 +6,9 @@ use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
     MarkdownResponsePart, MessageKind, ReasoningResponsePart, ResponsePart, ToolCallCompletedState,
     ToolCallConfirmationReason, ToolCallResponsePart, ToolCallState, ToolInput, ToolResultContent,
-    ToolResultTextContent, Turn, TurnState,
+    ToolResultTextContent, Turn, TurnState, UsageInfo,
 };
-use claude_host_protocol::frames::{Block, UserContent};
+use claude_host_protocol::frames::{Block, ResultUsage, UserContent};
 use claude_host_sdk::transcripts::Transcript;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -32,23 +32,28 @@ pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
     let mut turns: Vec<Turn> = Vec::new();
     // Tool call id → (turn index, part index), filled in when its result is seen.
     let mut calls: HashMap<String, (usize, usize)> = HashMap::new();
+    // The turn's API responses by message id (a response is written once per content block).
+    let mut responses: Vec<(String, Map<String, Value>)> = Vec::new();
     for e in t.main_chain() {
         let ty = e.get("type").and_then(Value::as_str).unwrap_or("");
         let uuid = e.get("uuid").and_then(Value::as_str).unwrap_or("");
         let Some(c) = content(e) else { continue };
         match ty {
-            "user" if is_prompt(e, &c) => turns.push(Turn {
-                id: format!("restored-{uuid}"),
-                started_at: e
-                    .get("timestamp")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                duration: None,
-                message: actions::message(&prompt_text(&c), MessageKind::User),
-                response_parts: Vec::new(),
-                usage: None,
-                state: TurnState::Complete,
-            }),
+            "user" if is_prompt(e, &c) => {
+                set_usage(turns.last_mut(), &mut responses);
+                turns.push(Turn {
+                    id: format!("restored-{uuid}"),
+                    started_at: e
+                        .get("timestamp")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    duration: None,
+                    message: actions::message(&prompt_text(&c), MessageKind::User),
+                    response_parts: Vec::new(),
+                    usage: None,
+                    state: TurnState::Complete,
+                });
+            }
             "user" => {
                 let UserContent::Blocks(blocks) = &c else {
                     continue;
@@ -81,6 +86,17 @@ pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
                 let Some(turn) = turns.last_mut() else {
                     continue;
                 };
+                if let Some(m) = e.get("message").and_then(Value::as_object) {
+                    let id = m
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or(uuid)
+                        .to_owned();
+                    match responses.iter_mut().find(|(i, _)| *i == id) {
+                        Some(r) => r.1 = m.clone(),
+                        None => responses.push((id, m.clone())),
+                    }
+                }
                 let UserContent::Blocks(blocks) = c else {
                     continue;
                 };
@@ -113,7 +129,47 @@ pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
             _ => {}
         }
     }
+    set_usage(turns.last_mut(), &mut responses);
     turns
+}
+
+/// A restored turn's usage, as a live turn reports it: its responses' tokens summed, the
+/// model that answered last, and the context its last request used.
+fn set_usage(turn: Option<&mut Turn>, responses: &mut Vec<(String, Map<String, Value>)>) {
+    let taken = std::mem::take(responses);
+    let Some(turn) = turn else { return };
+    let Some((_, last)) = taken.last() else {
+        return;
+    };
+    let mut input = 0;
+    let mut output = 0;
+    let mut cache_read = 0;
+    for (_, m) in &taken {
+        let Some(u) = m
+            .get("usage")
+            .and_then(|u| serde_json::from_value::<ResultUsage>(u.clone()).ok())
+        else {
+            continue;
+        };
+        input += u.total_input();
+        output += u.output_tokens.unwrap_or(0);
+        cache_read += u.cache_read_input_tokens.unwrap_or(0);
+    }
+    let mut meta = Map::new();
+    if let Some(tokens) = crate::mapper::context_tokens(last) {
+        meta.insert(crate::mapper::CONTEXT_TOKENS.into(), Value::from(tokens));
+    }
+    turn.usage = Some(UsageInfo {
+        input_tokens: Some(input),
+        output_tokens: Some(output),
+        model: last
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| *m != "<synthetic>")
+            .map(str::to_owned),
+        cache_read_tokens: Some(cache_read),
+        meta: Some(meta),
+    });
 }
 
 fn completed_call(id: String, name: &str, input: &Value) -> ResponsePart {

@@ -3,13 +3,12 @@
 //! delta over a bare SDK session, and host memory per idle session. Run with
 //! `scripts/bench-agent.sh`.
 
+mod common;
+
 use claude_host_agent::{SessionEvent, SessionHandle, StandaloneSession, standalone_session};
 use claude_host_protocol::stream_json::FrameKind;
 use claude_host_sdk::{ClaudeSession, DenyAll, SessionOptions};
-use claude_host_testkit::fake::{FakeUpstream, Match, Reply, Rule};
-use claude_host_upstream::copilot::{
-    ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
-};
+use claude_host_testkit::fake::Reply;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,22 +19,8 @@ async fn main() -> anyhow::Result<()> {
         .map(|r| r.parse())
         .transpose()?
         .unwrap_or(5);
-    let fake = FakeUpstream::start().await?;
-    fake.push(Rule {
-        when: Match::Always,
-        reply: Reply::text("pong pong pong"),
-        times: Some(usize::MAX),
-    });
-    let copilot = CopilotUpstream::new(
-        claude_host_upstream::http_client()?,
-        "gho_fake_github_token".into(),
-        CopilotEndpoints::single_host(&fake.url()),
-        ClientIdentity::default(),
-        CopilotOptions::default(),
-    );
-    let proxy =
-        claude_host_proxy::start(claude_host_proxy::ProxyConfig::default(), Arc::new(copilot))
-            .await?;
+    // The fake lives as long as the benchmark.
+    let (_fake, proxy) = common::fake_behind_proxy(Reply::text("pong pong pong")).await?;
     let dir = std::env::temp_dir().join(format!("claude-host-agent-bench-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("work"))?;
     let cli = claude_host_testkit::cli::pinned_cli()?;

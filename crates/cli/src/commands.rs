@@ -128,30 +128,14 @@ pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<Exit
         eprintln!();
     }
     let granted = granted?;
-    let mut login = None;
-    let copilot = claude_host_upstream::copilot::CopilotUpstream::new(
-        http_client()?,
-        granted.access_token.clone(),
+    let (login, copilot) = keep_credential(
+        &ctx.store,
         ctx.endpoints(),
         ctx.identity(),
-        Default::default(),
-    );
-    match copilot.github_user().await {
-        Ok(user) => {
-            login = user
-                .get("login")
-                .and_then(|l| l.as_str())
-                .map(str::to_owned)
-        }
-        Err(e) => tracing::warn!(error = %e, "signed in, but could not read the GitHub user"),
-    }
-    ctx.store.save(&StoredCredential {
-        github_token: granted.access_token,
-        login: login.clone(),
-        obtained_at: now_unix(),
-        client_id: Some(args.client_id),
-        scope: granted.scope,
-    })?;
+        granted,
+        &args.client_id,
+    )
+    .await?;
     println!(
         "Signed in{}. Credential saved to {} (mode 0600).",
         login.map(|l| format!(" as {l}")).unwrap_or_default(),
@@ -168,6 +152,45 @@ pub(crate) async fn login(ctx: &Context, args: LoginArgs) -> anyhow::Result<Exit
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Saves a granted GitHub token (0600) with the account's login when GitHub tells it, and
+/// returns that login and a Copilot client for the account.
+pub(crate) async fn keep_credential(
+    store: &claude_host_upstream::credentials::CredentialStore,
+    endpoints: claude_host_upstream::copilot::CopilotEndpoints,
+    identity: claude_host_upstream::copilot::ClientIdentity,
+    granted: claude_host_upstream::device_flow::GrantedToken,
+    client_id: &str,
+) -> anyhow::Result<(
+    Option<String>,
+    claude_host_upstream::copilot::CopilotUpstream,
+)> {
+    let copilot = claude_host_upstream::copilot::CopilotUpstream::new(
+        http_client()?,
+        granted.access_token.clone(),
+        endpoints,
+        identity,
+        Default::default(),
+    );
+    let login = match copilot.github_user().await {
+        Ok(user) => user
+            .get("login")
+            .and_then(|l| l.as_str())
+            .map(str::to_owned),
+        Err(e) => {
+            tracing::warn!(error = %e, "signed in, but could not read the GitHub user");
+            None
+        }
+    };
+    store.save(&StoredCredential {
+        github_token: granted.access_token,
+        login: login.clone(),
+        obtained_at: now_unix(),
+        client_id: Some(client_id.to_owned()),
+        scope: granted.scope,
+    })?;
+    Ok((login, copilot))
 }
 
 pub(crate) fn logout(ctx: &Context) -> anyhow::Result<ExitCode> {

@@ -1,5 +1,6 @@
 //! `claude-host`: run Claude Code on a GitHub Copilot plan through a secure local proxy.
 
+mod acp;
 mod commands;
 mod run;
 mod serve;
@@ -58,6 +59,8 @@ enum Command {
     Sessions(sessions::SessionsArgs),
     /// Serve sessions over the Agent Host Protocol (VS Code remote agent host).
     Serve(serve::ServeArgs),
+    /// Serve sessions over the Agent Client Protocol on stdio (Zed, JetBrains, Neovim).
+    Acp(acp::AcpArgs),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
             Command::Sessions(args) => sessions::run(&ctx, args).await,
             Command::Run(args) => run::run(&ctx, args).await,
             Command::Serve(args) => serve::serve(&ctx, args).await,
+            Command::Acp(args) => acp::acp(&ctx, args).await,
         }
     });
     match result {

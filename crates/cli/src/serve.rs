@@ -3,7 +3,6 @@
 
 use crate::setup::Context;
 use anyhow::{Context as _, bail};
-use claude_host_agent::GITHUB_RESOURCE;
 use claude_host_ahp::{HostConfig, ServeConfig};
 use serde_json::json;
 use std::io::Write as _;
@@ -115,17 +114,10 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
             args.host
         );
     }
-    let cwd = match args.cwd {
-        Some(c) => c,
-        None => std::env::current_dir().context("no current directory")?,
-    };
+    let cwd = crate::setup::session_directory(args.cwd)?;
     // Signed in already (`claude-host login`, GH_TOKEN) or another upstream: ready at once;
     // otherwise the client authenticates over AHP.
-    let upstream = if ctx.opts.upstream == "copilot" {
-        None
-    } else {
-        Some(ctx.upstream()?)
-    };
+    let upstream = crate::setup::protocol_upstream(ctx)?;
     let (agent, _usage) = crate::setup::build_agent(
         ctx,
         cwd.clone(),
@@ -135,12 +127,9 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
     )
     .await?;
     let agent = Arc::new(agent);
-    if ctx.opts.upstream == "copilot"
-        && let Some(t) = ctx.github_token()?
-        && let Err(e) = agent.authenticate(GITHUB_RESOURCE, &t.token).await
-    {
+    if let Some(why) = crate::setup::sign_in_stored(ctx, &agent).await? {
         eprintln!(
-            "warning: the stored GitHub credential was not accepted ({e}); clients must sign in"
+            "warning: the stored GitHub credential was not accepted ({why}); clients must sign in"
         );
     }
     let host = claude_host_ahp::Host::new(

@@ -6,7 +6,7 @@ use claude_host_sdk::transcripts::{self, SessionSummary};
 use claude_host_store::{SessionRecord, Store as _};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::SystemTime;
 
@@ -257,25 +257,7 @@ pub(crate) async fn run(
             }
         }
         SessionsCommand::Rm { id } => {
-            if let Some(db) = &db {
-                if let Some(project) = db.transcripts.project_of(id).await? {
-                    db.transcripts
-                        .delete(&claude_host_store::TranscriptKey::main(&project, id))
-                        .await?;
-                }
-                db.metadata.delete(id).await?;
-                match transcripts::delete_session(&dir, id) {
-                    Ok(()) | Err(transcripts::TranscriptError::NotFound(_)) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            } else {
-                transcripts::delete_session(&dir, id)?;
-            }
-            let store_path = home.join("sessions.sqlite");
-            if db.is_none() && store_path.exists() {
-                let store = claude_host_store::SqliteStore::open(&store_path).await?;
-                store.delete(id).await?;
-            }
+            delete_session(home, &dir, db.as_ref(), id).await?;
             if args.json {
                 println!("{}", json!({"deleted": id}));
             } else {
@@ -284,6 +266,36 @@ pub(crate) async fn run(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes a session for good: its transcript (here and in the shared database) and the
+/// host's record of it.
+pub(crate) async fn delete_session(
+    home: &Path,
+    dir: &Path,
+    db: Option<&claude_host_store::Database>,
+    id: &str,
+) -> anyhow::Result<()> {
+    if let Some(db) = db {
+        if let Some(project) = db.transcripts.project_of(id).await? {
+            db.transcripts
+                .delete(&claude_host_store::TranscriptKey::main(&project, id))
+                .await?;
+        }
+        db.metadata.delete(id).await?;
+        match transcripts::delete_session(dir, id) {
+            Ok(()) | Err(transcripts::TranscriptError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        transcripts::delete_session(dir, id)?;
+    }
+    let store_path = home.join("sessions.sqlite");
+    if db.is_none() && store_path.exists() {
+        let store = claude_host_store::SqliteStore::open(&store_path).await?;
+        store.delete(id).await?;
+    }
+    Ok(())
 }
 
 fn ago(secs: u64) -> String {

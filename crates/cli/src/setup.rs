@@ -383,3 +383,41 @@ pub(crate) async fn build_agent(
         usage,
     ))
 }
+
+/// The working directory a protocol server starts sessions in: `--cwd`, else the current one.
+pub(crate) fn session_directory(cwd: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match cwd {
+        Some(c) => Ok(c),
+        None => std::env::current_dir().context("no current directory"),
+    }
+}
+
+/// The upstream a protocol server starts with: with Copilot, none until someone signs in
+/// (the stored credential is tried by [`sign_in_stored`], else a client signs in); any other
+/// upstream at once.
+pub(crate) fn protocol_upstream(ctx: &Context) -> anyhow::Result<Option<Arc<dyn Upstream>>> {
+    if ctx.opts.upstream == "copilot" {
+        Ok(None)
+    } else {
+        Ok(Some(ctx.upstream()?))
+    }
+}
+
+/// Signs the agent in with the stored GitHub credential (or `GH_TOKEN`), if there is one.
+/// Returns why it was not accepted, if it was not.
+pub(crate) async fn sign_in_stored(
+    ctx: &Context,
+    agent: &claude_host_agent::Agent,
+) -> anyhow::Result<Option<String>> {
+    if ctx.opts.upstream != "copilot" {
+        return Ok(None);
+    }
+    let Some(t) = ctx.github_token()? else {
+        return Ok(None);
+    };
+    Ok(agent
+        .authenticate(claude_host_agent::GITHUB_RESOURCE, &t.token)
+        .await
+        .err()
+        .map(|e| e.to_string()))
+}

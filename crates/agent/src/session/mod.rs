@@ -50,6 +50,10 @@ pub enum ChatSessionError {
 pub enum Confirmation {
     /// Run it.
     Approve,
+    /// Run it, and do not ask again for calls like it: the rule the CLI suggested (which it
+    /// may keep in the project's local settings, as Claude Code's own "always allow" does),
+    /// else a rule allowing the tool for this session.
+    ApproveForSession,
     /// Do not run it.
     Deny,
 }

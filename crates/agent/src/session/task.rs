@@ -293,6 +293,8 @@ enum Waiter {
         reply: oneshot::Sender<PermissionResult>,
         input: Value,
         plan: bool,
+        /// The permission update sent when the client approves for the session.
+        always: Value,
     },
     Question {
         reply: oneshot::Sender<PermissionResult>,

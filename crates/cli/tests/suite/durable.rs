@@ -158,7 +158,7 @@ async fn a_session_run_on_one_host_is_listed_and_resumed_on_another() {
 }
 
 /// A VS Code-like AHP client, enough for these tests.
-struct Ws {
+pub(crate) struct Ws {
     ws: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
@@ -171,7 +171,7 @@ struct Ws {
 const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Ws {
-    async fn connect(port: u16, token: &str) -> Ws {
+    pub(crate) async fn connect(port: u16, token: &str) -> Ws {
         let url = format!("ws://127.0.0.1:{port}/?tkn={token}");
         let mut w = Ws {
             ws: tokio_tungstenite::connect_async(url).await.unwrap().0,
@@ -187,7 +187,7 @@ impl Ws {
         w
     }
 
-    async fn read(&mut self) -> Value {
+    pub(crate) async fn read(&mut self) -> Value {
         use futures_util::StreamExt;
         loop {
             let msg = self
@@ -207,7 +207,7 @@ impl Ws {
         }
     }
 
-    async fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&mut self, method: &str, params: Value) -> Value {
         use futures_util::SinkExt;
         self.next_id += 1;
         let id = self.next_id;
@@ -231,13 +231,13 @@ impl Ws {
         .unwrap_or_else(|_| panic!("no answer to {method}"))
     }
 
-    async fn ok(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn ok(&mut self, method: &str, params: Value) -> Value {
         let r = self.request(method, params).await;
         assert!(r.get("error").is_none(), "{method}: {r}");
         r["result"].clone()
     }
 
-    async fn dispatch(&mut self, channel: &str, action: Value) {
+    pub(crate) async fn dispatch(&mut self, channel: &str, action: Value) {
         use futures_util::SinkExt;
         self.client_seq += 1;
         let frame = serde_json::json!({"jsonrpc": "2.0", "method": "dispatchAction",
@@ -250,7 +250,7 @@ impl Ws {
             .unwrap();
     }
 
-    async fn action(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn action(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             if let Some(a) = self.actions.iter().find(|a| pred(a)) {
@@ -285,7 +285,7 @@ impl Ws {
     }
 
     /// Starts a turn and returns its id.
-    async fn turn(&mut self, chat: &str, text: &str) -> String {
+    pub(crate) async fn turn(&mut self, chat: &str, text: &str) -> String {
         let turn = format!("request_{}", uuid());
         self.dispatch(
             chat,
@@ -297,7 +297,7 @@ impl Ws {
         turn
     }
 
-    async fn turn_end(&mut self, turn: &str) -> Value {
+    pub(crate) async fn turn_end(&mut self, turn: &str) -> Value {
         self.action("the turn's end", |a| {
             a["action"]["turnId"] == turn
                 && matches!(
@@ -499,7 +499,7 @@ async fn a_host_killed_mid_turn_hands_the_session_over_with_every_entry() {
     super::serve::stop(&mut serve_b.0);
 }
 
-fn uuid() -> String {
+pub(crate) fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 

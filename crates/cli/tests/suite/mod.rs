@@ -1,4 +1,5 @@
 mod account;
+mod acp;
 mod durable;
 mod e2e;
 mod interactive;

@@ -86,6 +86,7 @@ impl Task {
                 Waiter::Tool {
                     turn_id,
                     reply,
+                    always: session_rule(&tool, &request.extra),
                     input: request.input,
                     plan,
                 },
@@ -146,15 +147,17 @@ impl Task {
             reply,
             input,
             plan,
+            always,
         }) = self.take_waiter(id, true)
         else {
             return Err(ChatSessionError::NotPending(id.to_owned()));
         };
-        let approved = decision == Confirmation::Approve;
+        let approved = decision != Confirmation::Deny;
         let result = match (approved, plan) {
             (true, false) => PermissionResult::Allow {
                 updated_input: input,
-                updated_permissions: None,
+                updated_permissions: (decision == Confirmation::ApproveForSession)
+                    .then_some(always),
             },
             // The CLI applies the mode change itself; asking it to from inside its own
             // permission callback would deadlock its control channel.
@@ -250,5 +253,16 @@ impl Task {
             }
         }
         self.session(actions::input_needed_removed(id));
+    }
+}
+
+/// The permission update that allows calls like this one from now on: the CLI's own
+/// `permission_suggestions` when it made some (the narrowest rule, such as the command, where
+/// Claude Code would keep it), else a rule allowing the tool for the session.
+fn session_rule(tool: &str, extra: &claude_host_protocol::frames::Extra) -> Value {
+    match extra.get("permission_suggestions") {
+        Some(Value::Array(s)) if !s.is_empty() => Value::Array(s.clone()),
+        _ => json!([{"type": "addRules", "rules": [{"toolName": tool}],
+            "behavior": "allow", "destination": "session"}]),
     }
 }

@@ -1,0 +1,378 @@
+//! `claude-host acp` against `@zed-industries/claude-agent-acp`, side by side in one run: the
+//! same ACP client (the official crate), the same pinned Claude Code CLI, the same fake
+//! upstream. Measures what an editor feels: spawn → `initialize` answered, RSS before the
+//! first session, a just-created session's first prompt → first `agent_message_chunk` (sent
+//! at once, as a script would; and 2 s later, as a person types), a later prompt's, and RSS
+//! per idle session (the agent and its CLIs).
+//!
+//! The peer reaches the fake through a claude-host proxy in this process (it cannot sign in
+//! to Copilot itself), so the proxy's memory and CPU count against claude-host only.
+//!
+//! Usage: `acp-bench PEER_ENTRY [ROUNDS]`, normally through `scripts/bench-acp.sh`.
+
+mod common;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    ContentBlock, InitializeRequest, NewSessionRequest, PromptRequest, SessionNotification,
+    SessionUpdate, TextContent,
+};
+use agent_client_protocol::{Agent, ByteStreams, Client};
+use anyhow::Context;
+use claude_host_testkit::fake::Reply;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+/// Idle sessions per agent for the per-session memory figure.
+const SESSIONS: usize = 4;
+
+/// How long a user takes to type a first prompt after creating a session.
+const TYPING: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Side {
+    Ours,
+    Peer,
+}
+
+/// One round's figures for one agent.
+#[derive(Debug, Default, Clone)]
+struct Figures {
+    initialize_ms: f64,
+    rss_idle_kib: u64,
+    new_session_ms: f64,
+    cold_first_chunk_ms: f64,
+    typed_first_chunk_ms: f64,
+    warm_first_chunk_ms: f64,
+    rss_per_session_kib: u64,
+}
+
+struct Env {
+    dir: PathBuf,
+    fake_url: String,
+    proxy_url: String,
+    proxy_token: String,
+    cli: PathBuf,
+    ours: PathBuf,
+    peer: PathBuf,
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `pid` and every process below it.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            if let Some(ppid) = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+            {
+                children.entry(ppid).or_default().push(p);
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        out.extend(children.get(&out[i]).cloned().unwrap_or_default());
+        i += 1;
+    }
+    out
+}
+
+fn tree_rss(pid: u32) -> u64 {
+    tree(pid).into_iter().map(rss_kib).sum()
+}
+
+/// Waits until the process tree's memory stops growing (CLIs started in the background).
+async fn settled_tree_rss(pid: u32) -> u64 {
+    let mut last = tree_rss(pid);
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = tree_rss(pid);
+        if now.abs_diff(last) * 100 <= last.max(1) {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+fn spawn(env: &Env, side: Side, round: usize) -> anyhow::Result<tokio::process::Child> {
+    let home = env.dir.join(format!("{side:?}-{round}"));
+    let work = home.join("work");
+    std::fs::create_dir_all(&work)?;
+    let mut c = match side {
+        Side::Ours => {
+            let mut c = tokio::process::Command::new(&env.ours);
+            c.arg("acp")
+                .env("CLAUDE_HOST_HOME", home.join("data"))
+                .env("CLAUDE_HOST_GITHUB_URL", &env.fake_url)
+                .env("CLAUDE_HOST_GITHUB_API_URL", &env.fake_url)
+                .env("CLAUDE_HOST_CLAUDE_PATH", &env.cli)
+                .env("GH_TOKEN", "gho_fake_github_token")
+                .env(
+                    "CLAUDE_HOST_LOG",
+                    std::env::var("BENCH_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
+                );
+            c
+        }
+        Side::Peer => {
+            let mut c = tokio::process::Command::new("node");
+            c.arg(&env.peer)
+                .env("CLAUDE_CODE_EXECUTABLE", &env.cli)
+                .env("ANTHROPIC_BASE_URL", &env.proxy_url)
+                .env("ANTHROPIC_AUTH_TOKEN", &env.proxy_token)
+                .env("DISABLE_AUTOUPDATER", "1")
+                .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+            c
+        }
+    };
+    c.env_clear_keep_path()
+        .env("HOME", &home)
+        .current_dir(&work)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(match std::env::var_os("BENCH_AGENT_LOG") {
+            // Where the time goes, for a look by hand: each agent's log next to its folder.
+            Some(_) => Stdio::from(std::fs::File::create(home.with_extension("log"))?),
+            None => Stdio::null(),
+        })
+        .kill_on_drop(true);
+    Ok(c.spawn()?)
+}
+
+trait ClearKeepPath {
+    fn env_clear_keep_path(&mut self) -> &mut Self;
+}
+
+impl ClearKeepPath for tokio::process::Command {
+    fn env_clear_keep_path(&mut self) -> &mut Self {
+        // Only what each side is given: no credential or setting of the machine leaks in.
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let kept: Vec<(String, String)> = self
+            .as_std()
+            .get_envs()
+            .filter_map(|(k, v)| {
+                Some((
+                    k.to_string_lossy().into_owned(),
+                    v?.to_string_lossy().into_owned(),
+                ))
+            })
+            .collect();
+        self.env_clear().env("PATH", path).env("LANG", "C.UTF-8");
+        for (k, v) in kept {
+            self.env(k, v);
+        }
+        self
+    }
+}
+
+fn prompt(session: &agent_client_protocol::v1::schema::SessionId, text: &str) -> PromptRequest {
+    PromptRequest::new(
+        session.clone(),
+        vec![ContentBlock::Text(TextContent::new(text))],
+    )
+}
+
+async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
+    let started = Instant::now();
+    let mut child = spawn(env, side, n)?;
+    let pid = child.id().context("no pid")?;
+    let stdin = child.stdin.take().context("no stdin")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let (chunks_tx, mut chunks) = mpsc::unbounded_channel::<Instant>();
+    let work = env.dir.join(format!("{side:?}-{n}")).join("work");
+    let figures = Client
+        .v1()
+        .on_receive_notification(
+            async move |n: SessionNotification, _cx: ConnectionTo<Agent>| {
+                if matches!(n.update, SessionUpdate::AgentMessageChunk(_)) {
+                    let _ = chunks_tx.send(Instant::now());
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(
+            ByteStreams::new(stdin.compat_write(), stdout.compat()),
+            async move |cx: ConnectionTo<Agent>| {
+                let mut f = Figures::default();
+                cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                    .block_task()
+                    .await?;
+                f.initialize_ms = started.elapsed().as_secs_f64() * 1e3;
+                f.rss_idle_kib = rss_kib(pid);
+                let idle_tree = tree_rss(pid);
+                let t = Instant::now();
+                let id = cx
+                    .send_request(NewSessionRequest::new(work.clone()))
+                    .block_task()
+                    .await?
+                    .session_id;
+                f.new_session_ms = t.elapsed().as_secs_f64() * 1e3;
+                for (i, slot) in [&mut f.cold_first_chunk_ms, &mut f.warm_first_chunk_ms]
+                    .into_iter()
+                    .enumerate()
+                {
+                    while chunks.try_recv().is_ok() {}
+                    let t = Instant::now();
+                    let answer = cx.send_request(prompt(&id, &format!("ping {i}")));
+                    let first = chunks.recv().await.unwrap_or_else(Instant::now);
+                    *slot = first.duration_since(t).as_secs_f64() * 1e3;
+                    answer.block_task().await?;
+                }
+                // A user creates a session and types for a while before the first prompt.
+                let typed = cx
+                    .send_request(NewSessionRequest::new(work.clone()))
+                    .block_task()
+                    .await?
+                    .session_id;
+                tokio::time::sleep(TYPING).await;
+                while chunks.try_recv().is_ok() {}
+                let t = Instant::now();
+                let answer = cx.send_request(prompt(&typed, "typed ping"));
+                let first = chunks.recv().await.unwrap_or_else(Instant::now);
+                f.typed_first_chunk_ms = first.duration_since(t).as_secs_f64() * 1e3;
+                answer.block_task().await?;
+                for _ in 2..SESSIONS {
+                    cx.send_request(NewSessionRequest::new(work.clone()))
+                        .block_task()
+                        .await?;
+                }
+                let all = settled_tree_rss(pid).await;
+                f.rss_per_session_kib = all.saturating_sub(idle_tree) / SESSIONS as u64;
+                Ok(f)
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{side:?}: {e}"))?;
+    // The client closed the pipes: each agent exits and takes its CLIs with it.
+    let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
+    let _ = child.kill().await;
+    Ok(figures)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let peer = PathBuf::from(args.next().context(
+        "usage: acp-bench PEER_ENTRY [ROUNDS] (scripts/bench-acp.sh installs the peer)",
+    )?);
+    let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(3);
+    let (fake, proxy) = common::fake_behind_proxy(Reply::text("pong pong pong")).await?;
+    // The fake's first answer loads its tokenizer (a few hundred ms): paid here, not by
+    // whichever agent happens to go first.
+    let warmup = claude_host_upstream::http_client()?
+        .post(format!("{}/v1/messages", proxy.base_url()))
+        .bearer_auth(proxy.auth_token("warmup"))
+        .header("anthropic-version", "2023-06-01")
+        .json(
+            &serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "warm up"}]}),
+        )
+        .send()
+        .await?;
+    anyhow::ensure!(
+        warmup.status().is_success(),
+        "the fake upstream did not answer the warm-up: {}",
+        warmup.status()
+    );
+    let _ = warmup.bytes().await?;
+    let dir = std::env::temp_dir().join(format!("claude-host-acp-bench-{}", std::process::id()));
+    let exe = std::env::current_exe()?;
+    let ours = exe
+        .parent()
+        .map(|d| d.join("claude-host"))
+        .filter(|p| p.exists())
+        .context("build claude-host next to acp-bench (scripts/bench-acp.sh does)")?;
+    let env = Env {
+        dir: dir.clone(),
+        fake_url: fake.url(),
+        proxy_url: proxy.base_url(),
+        proxy_token: proxy.auth_token("acp-peer"),
+        cli: claude_host_testkit::cli::pinned_cli()?,
+        ours,
+        peer,
+    };
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for n in 0..rounds {
+        // Alternating, so a drift of the machine affects both alike.
+        ours.push(round(&env, Side::Ours, n).await?);
+        theirs.push(round(&env, Side::Peer, n).await?);
+    }
+    if std::env::var_os("BENCH_AGENT_LOG").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("logs in {}", dir.display());
+    }
+    report(&ours, &theirs, rounds);
+    Ok(())
+}
+
+fn report(ours: &[Figures], theirs: &[Figures], rounds: usize) {
+    let m = |v: &[Figures], f: fn(&Figures) -> f64| median(v.iter().map(f).collect());
+    println!(
+        "claude-host acp vs claude-agent-acp 0.23.1, same CLI and fake upstream, {rounds} rounds alternating, medians"
+    );
+    // Lower is better for every row; the ratio is theirs ÷ ours (above 1: claude-host ahead).
+    println!("| measurement | claude-host | claude-agent-acp | theirs ÷ ours |");
+    println!("|---|---|---|---|");
+    type Row = (&'static str, fn(&Figures) -> f64);
+    let rows: [Row; 7] = [
+        ("spawn → initialize answered (ms)", |f| f.initialize_ms),
+        ("RSS before the first session (MiB)", |f| {
+            f.rss_idle_kib as f64 / 1024.0
+        }),
+        ("session/new answered (ms)", |f| f.new_session_ms),
+        (
+            "first prompt at once after session/new → first chunk (ms)",
+            |f| f.cold_first_chunk_ms,
+        ),
+        (
+            "first prompt 2 s after session/new → first chunk (ms)",
+            |f| f.typed_first_chunk_ms,
+        ),
+        ("later prompt → first chunk (ms)", |f| {
+            f.warm_first_chunk_ms
+        }),
+        ("RSS per idle session, CLI included (MiB)", |f| {
+            f.rss_per_session_kib as f64 / 1024.0
+        }),
+    ];
+    for (label, get) in rows {
+        let a = m(ours, get);
+        let b = m(theirs, get);
+        let ratio = if a > 0.0 { b / a } else { 0.0 };
+        println!("| {label} | {a:.1} | {b:.1} | {ratio:.2} |");
+    }
+}

@@ -1,0 +1,128 @@
+//! `claude-host acp`: the Agent Client Protocol server an editor (Zed, JetBrains, Neovim)
+//! starts as its agent, speaking ACP on standard input and output.
+
+use crate::setup::Context;
+use claude_host_acp::{AcpOptions, DeviceSignIn, SessionDeleter, SignIn};
+use claude_host_upstream::copilot::{ClientIdentity, CopilotEndpoints};
+use claude_host_upstream::credentials::CredentialStore;
+use claude_host_upstream::device_flow::{DEFAULT_CLIENT_ID, DEFAULT_SCOPE, DeviceFlow};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// `acp` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AcpArgs {
+    /// Working directory for sessions whose editor names none (default: the current one).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Let sessions use the bypassPermissions mode.
+    #[arg(long)]
+    allow_bypass_permissions: bool,
+}
+
+pub(crate) async fn acp(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode> {
+    let cwd = crate::setup::session_directory(args.cwd)?;
+    let upstream = crate::setup::protocol_upstream(ctx)?;
+    let (agent, _usage) =
+        crate::setup::build_agent(ctx, cwd, args.allow_bypass_permissions, upstream, "acp").await?;
+    if let Some(why) = crate::setup::sign_in_stored(ctx, &agent).await? {
+        tracing::warn!(error = %why, "the stored GitHub credential was not accepted; sign in through the editor");
+    }
+    let options = AcpOptions {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        sign_in: Arc::new(GithubSignIn {
+            store: ctx.store.clone(),
+            github_url: ctx.opts.github_url.clone(),
+            endpoints: ctx.endpoints(),
+            identity: ctx.identity(),
+            signed_in: ctx.github_token()?.map(|t| t.login.unwrap_or_default()),
+            copilot: ctx.opts.upstream == "copilot",
+        }),
+        deleter: Arc::new(Deleter {
+            home: ctx.home.clone(),
+            db: ctx.database().await?,
+        }),
+    };
+    tracing::info!("serving ACP on standard input and output");
+    claude_host_acp::serve(agent, options, tokio::io::stdin(), tokio::io::stdout()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The device flow of `claude-host login`, run for an editor's `authenticate`.
+struct GithubSignIn {
+    store: CredentialStore,
+    github_url: String,
+    endpoints: CopilotEndpoints,
+    identity: ClientIdentity,
+    /// Who was signed in when the editor connected.
+    signed_in: Option<String>,
+    /// Signing in to GitHub matters only with the Copilot upstream.
+    copilot: bool,
+}
+
+#[async_trait::async_trait]
+impl SignIn for GithubSignIn {
+    fn signed_in(&self) -> Option<String> {
+        if !self.copilot {
+            return Some(String::new());
+        }
+        match self.store.load() {
+            Ok(Some(c)) => Some(c.login.unwrap_or_default()),
+            _ => self.signed_in.clone(),
+        }
+    }
+
+    async fn start(&self) -> Result<DeviceSignIn, String> {
+        self.store.check_writable().map_err(|e| {
+            format!("the credential could not be saved ({e}); set CLAUDE_HOST_HOME to a folder you can write")
+        })?;
+        let http = claude_host_upstream::http_client().map_err(|e| e.to_string())?;
+        let flow = DeviceFlow::new(http, &self.github_url, DEFAULT_CLIENT_ID, DEFAULT_SCOPE);
+        let code = flow.request_code().await.map_err(|e| e.to_string())?;
+        let (store, endpoints, identity) = (
+            self.store.clone(),
+            self.endpoints.clone(),
+            self.identity.clone(),
+        );
+        let verification_uri = code.verification_uri.clone();
+        let user_code = code.user_code.clone();
+        let finish = Box::pin(async move {
+            let granted = flow.poll(&code, |_| {}).await.map_err(|e| e.to_string())?;
+            let token = granted.access_token.clone();
+            let (login, _) = crate::commands::keep_credential(
+                &store,
+                endpoints,
+                identity,
+                granted,
+                DEFAULT_CLIENT_ID,
+            )
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+            tracing::info!(login = ?login, "signed in to GitHub");
+            Ok(token)
+        });
+        Ok(DeviceSignIn {
+            verification_uri,
+            user_code,
+            finish,
+        })
+    }
+}
+
+/// `session/delete`: what `claude-host sessions rm` does.
+struct Deleter {
+    home: PathBuf,
+    db: Option<claude_host_store::Database>,
+}
+
+#[async_trait::async_trait]
+impl SessionDeleter for Deleter {
+    async fn delete(&self, id: &str) -> Result<(), String> {
+        let dir = claude_host_sdk::transcripts::config_dir(None, &[])
+            .ok_or_else(|| "no home directory; set CLAUDE_CONFIG_DIR".to_owned())?;
+        crate::sessions::delete_session(&self.home, &dir, self.db.as_ref(), id)
+            .await
+            .map_err(|e| format!("{e:#}"))
+    }
+}

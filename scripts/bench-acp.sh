@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# ACP benchmark (results in docs/BENCHMARKS.md): `claude-host acp` against
+# @zed-industries/claude-agent-acp (installed here from npm), same client, CLI and fake upstream.
+#
+#   scripts/bench-acp.sh [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PEER_VERSION=0.23.1
+PEER_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/claude-host-bench/acp-peer-$PEER_VERSION"
+PEER="$PEER_DIR/node_modules/@zed-industries/claude-agent-acp/dist/index.js"
+if [ ! -f "$PEER" ]; then
+  mkdir -p "$PEER_DIR"
+  npm install --prefix "$PEER_DIR" --no-audit --no-fund "@zed-industries/claude-agent-acp@$PEER_VERSION" >&2
+fi
+cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin acp-bench
+exec ./target/release/acp-bench "$PEER" "${1:-5}"
