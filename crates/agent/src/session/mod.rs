@@ -73,12 +73,14 @@ pub struct SessionUris {
 }
 
 /// Which of a session's channels an action was dispatched on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelKind {
     /// The session channel.
     Session,
     /// The default chat.
     Chat,
+    /// The chat of the subagent this tool call (its id) started.
+    Subagent(String),
 }
 
 /// What a session is doing, published by its task whenever it changes (cheap to read; the
@@ -120,8 +122,20 @@ pub struct SessionSnapshot {
     pub session: SessionState,
     /// The default chat's state.
     pub chat: ChatState,
+    /// The subagents' chats, in the order they started.
+    pub subagents: Vec<ChatState>,
     /// The `serverSeq` it is at: every later action of the session has a higher one.
     pub seq: u64,
+}
+
+impl SessionSnapshot {
+    /// The state of one of the session's chats by URI (the default chat or a subagent's).
+    pub fn chat_state(&self, uri: &str) -> Option<&ChatState> {
+        if self.chat.resource == uri {
+            return Some(&self.chat);
+        }
+        self.subagents.iter().find(|c| c.resource == uri)
+    }
 }
 
 /// What a subscriber receives.
@@ -651,6 +665,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         allow_bypass: s.allow_bypass,
         title: String::new(),
         turns: Vec::new(),
+        subagents: Vec::new(),
         resumable: false,
         created_at: claude_host_protocol::time::now_millis(),
         store: None,

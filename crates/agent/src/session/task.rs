@@ -10,6 +10,7 @@ mod disk;
 mod dispatch;
 mod input;
 mod settings;
+mod subagents;
 mod turns;
 
 use super::bridge::Bridge;
@@ -40,7 +41,7 @@ use ahp_types::state::{
 use claude_host_protocol::frames::{CanUseTool, CommandState, ResultFrame, RunState};
 use claude_host_protocol::stream_json::{Frame, FrameKind, Typed};
 use claude_host_protocol::time::{now_millis, now_rfc3339, rfc3339_from_millis};
-use claude_host_protocol::uri::file_uri;
+use claude_host_protocol::uri::{file_uri, subagent_chat_uri};
 use claude_host_sdk::{ClaudeSession, PermissionResult, SessionError, SessionOptions};
 use claude_host_store::{SessionRecord, Store};
 use serde_json::{Value, json};
@@ -204,6 +205,8 @@ pub(crate) struct SessionSpec {
     pub allow_bypass: bool,
     pub title: String,
     pub turns: Vec<Turn>,
+    /// The chats of its subagents, as their transcripts left them.
+    pub subagents: Vec<crate::subagent::RestoredSubagent>,
     /// A transcript exists under `id`: the first CLI resumes it.
     pub resumable: bool,
     pub created_at: i64,
@@ -363,7 +366,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
             flags |= status::IS_ARCHIVED;
         }
     }
-    let session = SessionState {
+    let mut session = SessionState {
         provider: "claude".into(),
         title: spec.title.clone(),
         status: flags,
@@ -400,6 +403,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         input_needed: None,
         meta: None,
     };
+    let subagents = subagents::restore(&spec.uris.session, &mut chat, &mut session, spec.subagents);
     let initial = SessionStatus {
         model: settings.model.clone(),
         effort: settings.effort.clone(),
@@ -476,6 +480,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         close_waiters: Vec::new(),
         slash_commands: Vec::new(),
         ended,
+        subagents,
     };
     tokio::spawn(task.run());
     handle
@@ -623,6 +628,9 @@ struct Task {
     slash_commands: Vec<SlashCommand>,
     /// Where it leaves its last state and replay ring when it ends.
     ended: Arc<std::sync::OnceLock<Ended>>,
+    /// The chats of the subagents its tool calls started (restored ones included), in the
+    /// order they started.
+    subagents: Vec<subagents::Subagent>,
 }
 
 impl Task {
@@ -660,17 +668,29 @@ impl Task {
     // ─── Publishing: reduce, then publish ─────────────────────────────────────
 
     fn publish(&mut self, kind: ChannelKind, action: StateAction, origin: Option<ActionOrigin>) {
-        let outcome = match kind {
-            ChannelKind::Session => apply_action_to_session(&mut self.session, &action),
-            ChannelKind::Chat => apply_action_to_chat(&mut self.chat, &action),
+        let (outcome, channel) = match &kind {
+            ChannelKind::Session => (
+                apply_action_to_session(&mut self.session, &action),
+                self.uris.session.clone(),
+            ),
+            ChannelKind::Chat => (
+                apply_action_to_chat(&mut self.chat, &action),
+                self.uris.chat.clone(),
+            ),
+            ChannelKind::Subagent(call) => {
+                let Some(child) = self.subagents.iter_mut().find(|c| c.call == *call) else {
+                    tracing::warn!(session = %self.id, call = %call, action = actions::kind(&action), "an action for a subagent chat that does not exist; dropped");
+                    return;
+                };
+                (
+                    apply_action_to_chat(&mut child.chat, &action),
+                    child.chat.resource.clone(),
+                )
+            }
         };
         if !matches!(outcome, ReduceOutcome::Applied) {
             tracing::debug!(session = %self.id, action = actions::kind(&action), ?outcome, "action did not change the state");
         }
-        let channel = match kind {
-            ChannelKind::Session => self.uris.session.clone(),
-            ChannelKind::Chat => self.uris.chat.clone(),
-        };
         self.outbox.publish(&channel, action, origin, None);
     }
 
@@ -700,6 +720,7 @@ impl Task {
         let channel = match kind {
             ChannelKind::Session => self.uris.session.clone(),
             ChannelKind::Chat => self.uris.chat.clone(),
+            ChannelKind::Subagent(call) => subagent_chat_uri(&self.uris.session, &call),
         };
         self.outbox
             .publish(&channel, action, Some(origin), Some(why));
@@ -879,6 +900,7 @@ impl Task {
         SessionSnapshot {
             session: self.session.clone(),
             chat: self.chat.clone(),
+            subagents: self.subagents.iter().map(|c| c.chat.clone()).collect(),
             seq: self.outbox.seq(),
         }
     }
@@ -964,6 +986,7 @@ impl Task {
         if self.turn.is_some() {
             self.cancel_turn(None, None);
         }
+        self.end_all_subagents(|| subagents::ChildEnd::Cancelled);
         self.refuse_waiting();
         for q in std::mem::take(&mut self.queue) {
             if let Some(done) = q.done {

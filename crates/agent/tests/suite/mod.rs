@@ -2,6 +2,7 @@ mod core;
 mod faults;
 mod host;
 mod interactive;
+mod subagents;
 mod turns;
 
 use ahp_types::actions::StateAction;

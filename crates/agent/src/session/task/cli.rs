@@ -45,6 +45,14 @@ impl Task {
         }
         if let Typed::TaskNotification(n) = &typed {
             self.notes.push(n.describe());
+            self.on_task_notification(n);
+        }
+        // A subagent's frames are its chat's, whether or not a turn of the main chat runs
+        // (a background subagent outlives the turn that started it).
+        if let Some(call) = subagents::subagent_of(&typed) {
+            let call = call.to_owned();
+            self.on_subagent_frame(&call, &typed);
+            return;
         }
         if self.turn.is_none() {
             if !mapper::shows_a_turn(&typed) {
@@ -92,7 +100,7 @@ impl Task {
             other => out = turn.mapper.map(&other),
         }
         self.turn = Some(turn);
-        self.chat_all(out);
+        self.publish_mapped(&ChannelKind::Chat, out);
         for uuid in consumed {
             if let Some(at) = self.steering.iter().position(|s| s.cli_uuid == uuid) {
                 let s = self.steering.remove(at);
@@ -119,6 +127,9 @@ impl Task {
         self.cli = Cli::None;
         self.settling = None;
         self.refuse_waiting();
+        self.end_all_subagents(|| {
+            subagents::ChildEnd::Failed("the Claude Code CLI exited".to_owned())
+        });
         if self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent) {
             self.fail_turn(
                 "cli_exited",

@@ -17,7 +17,7 @@ impl Task {
         content: Option<Value>,
     ) {
         let copy = action.clone();
-        let outcome = match (kind, action) {
+        let outcome = match (kind.clone(), action) {
             (ChannelKind::Chat, StateAction::ChatTurnStarted(a)) => {
                 self.client_turn(a, &origin, content)
             }
@@ -137,6 +137,10 @@ impl Task {
             )),
             (ChannelKind::Chat, a) => Err(format!(
                 "{} cannot be dispatched by a client",
+                actions::kind(&a)
+            )),
+            (ChannelKind::Subagent(_), a) => Err(format!(
+                "a subagent's chat is read-only: {} cannot be dispatched on it",
                 actions::kind(&a)
             )),
         };

@@ -30,7 +30,7 @@ impl Task {
         let turn_id = turn.id.clone();
         let start = turn.mapper.asked(&id, &tool);
         if let Some(a) = start {
-            self.chat(a);
+            self.publish_mapped(&ChannelKind::Chat, vec![a]);
         }
         let chat_uri = self.uris.chat.clone();
         if tool == "AskUserQuestion" {
@@ -77,7 +77,10 @@ impl Task {
                     ),
                 }
             };
-            self.chat(actions::tool_call_ready(&turn_id, &id, ready));
+            self.publish_mapped(
+                &ChannelKind::Chat,
+                vec![actions::tool_call_ready(&turn_id, &id, ready)],
+            );
             if let Some(call) = self.pending_call(&id) {
                 self.session(actions::tool_confirmation_needed(&chat_uri, &turn_id, call));
             }

@@ -236,6 +236,8 @@ impl Task {
         };
         self.refuse_waiting();
         self.clear_steering();
+        // The interrupt stops the subagents too; what they still print is dropped.
+        self.end_all_subagents(|| subagents::ChildEnd::Cancelled);
         for a in end {
             self.publish(ChannelKind::Chat, a, origin.clone());
         }

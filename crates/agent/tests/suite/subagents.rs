@@ -1,0 +1,221 @@
+//! Subagents as child chats: live from the CLI's frames, and restored from their transcripts.
+
+use super::*;
+use claude_host_testkit::fake::{Match, Reply, Rule};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn once(when: Match, reply: Reply) -> Rule {
+    Rule {
+        when,
+        reply,
+        times: Some(1),
+    }
+}
+
+/// A main turn that hands work to a foreground subagent, which runs `ls` and reports.
+fn script_helper(e: &Env) {
+    std::fs::write(e.dir.path().join("work/a.txt"), "hello").unwrap();
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT list the files"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "ls", "description": "List files"}),
+        ),
+    ));
+    // The subagent's own answer comes first: the main loop waits for it.
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Found a.txt.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper found a.txt."),
+    ));
+}
+
+/// Every action published on any channel of the session until the main chat's turn ends,
+/// as (channel, action JSON).
+async fn until_turn_end(
+    sub: &mut claude_host_agent::SessionSubscription,
+    chat: &str,
+) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(90), sub.recv())
+            .await
+            .expect("an action in time")
+            .expect("the session is running");
+        let SessionEvent::Action(p) = e else {
+            panic!("the test subscriber fell behind");
+        };
+        let a = serde_json::to_value(p.action()).unwrap();
+        let end = p.channel() == chat && a["type"] == "chat/turnComplete";
+        out.push((p.channel().to_owned(), a));
+        if end {
+            return out;
+        }
+    }
+}
+
+fn position(log: &[(String, Value)], what: impl Fn(&str, &Value) -> bool) -> usize {
+    log.iter()
+        .position(|(c, a)| what(c, a))
+        .unwrap_or_else(|| panic!("not found in {log:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_call_gets_a_child_chat_live_and_again_after_a_restart() {
+    let e = env().await;
+    script_helper(&e);
+    let agent = e.agent(None).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    let chat = s.chat_uri().to_owned();
+    let (_, mut sub) = s.subscribe().await.unwrap();
+    let sender = s.clone();
+    let sent = tokio::spawn(async move { sender.send("Please ask a helper").await });
+    let log = until_turn_end(&mut sub, &chat).await;
+    sent.await.unwrap().unwrap();
+
+    // The parent's call points at the child chat.
+    let ready = &log[position(&log, |c, a| {
+        c == chat && a["type"] == "chat/toolCallReady" && a["_meta"]["toolKind"] == "subagent"
+    })]
+    .1;
+    let call = ready["toolCallId"].as_str().unwrap().to_owned();
+    let child = claude_host_protocol::uri::subagent_chat_uri(s.resource(), &call);
+    assert_eq!(ready["_meta"]["subagentChatUri"], child.as_str());
+    assert_eq!(ready["_meta"]["subagentAgentName"], "general-purpose");
+    assert_eq!(ready["_meta"]["subagentDescription"], "look around");
+    let start = position(&log, |c, a| {
+        c == chat && a["type"] == "chat/toolCallStart" && a["toolCallId"] == call.as_str()
+    });
+    assert_eq!(log[start].1["_meta"]["toolKind"], "subagent");
+
+    // Listed in the session before anything happens in it.
+    let added = position(&log, |_, a| a["type"] == "session/chatAdded");
+    assert_eq!(log[added].1["summary"]["resource"], child.as_str());
+    assert_eq!(
+        log[added].1["summary"]["origin"],
+        json!({"kind": "tool", "chat": chat, "toolCallId": call})
+    );
+    let first_child = position(&log, |c, _| c == child);
+    assert!(added < first_child);
+
+    // The child's one turn, live: its tool call is reported while the parent's call runs.
+    let child_kinds: Vec<&str> = log
+        .iter()
+        .filter(|(c, _)| *c == child)
+        .map(|(_, a)| a["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        child_kinds,
+        [
+            "chat/turnStarted",
+            "chat/toolCallStart",
+            "chat/toolCallReady",
+            "chat/toolCallComplete",
+            "chat/usage",
+            "chat/turnComplete"
+        ]
+    );
+    let child_started = &log[first_child].1;
+    assert_eq!(child_started["turnId"], call.as_str());
+    assert_eq!(child_started["message"]["text"], "SUBPROMPT list the files");
+    let inner_done = position(&log, |c, a| {
+        c == child && a["type"] == "chat/toolCallComplete"
+    });
+    let parent_done = position(&log, |c, a| {
+        c == chat && a["type"] == "chat/toolCallComplete" && a["toolCallId"] == call.as_str()
+    });
+    assert!(inner_done < parent_done, "the child is not live");
+    assert!(
+        log[inner_done].1["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("a.txt"),
+        "{}",
+        log[inner_done].1
+    );
+    let usage = position(&log, |c, a| c == child && a["type"] == "chat/usage");
+    assert!(log[usage].1["usage"]["inputTokens"].as_i64().unwrap() > 0);
+    let content = log[parent_done].1["result"]["content"].as_array().unwrap();
+    assert!(
+        content
+            .iter()
+            .any(|c| c["type"] == "subagent" && c["resource"] == child.as_str()),
+        "{content:?}"
+    );
+
+    // The snapshot has it too.
+    let snap = s.snapshot().await.unwrap();
+    assert_eq!(snap.session.chats.len(), 2);
+    let live_child = snap.chat_state(&child).unwrap().clone();
+    assert_eq!(live_child.turns.len(), 1);
+    let live_turn = serde_json::to_value(&live_child.turns[0]).unwrap();
+    assert_eq!(live_turn["state"], "complete");
+    let live_calls = tool_calls(&live_turn);
+    assert_eq!(live_calls.len(), 1, "{live_turn}");
+    assert_eq!(live_calls[0].1, "Bash");
+
+    // After a restart, the same child turn comes back from the subagent's transcript.
+    let id = s.id().to_owned();
+    agent.shutdown().await;
+    let agent = e.agent(None).await;
+    let s = agent.open_session(&id).await.unwrap();
+    let snap = s.snapshot().await.unwrap();
+    let summary = snap
+        .session
+        .chats
+        .iter()
+        .find(|c| c.resource == child)
+        .expect("the child chat is listed again");
+    assert_eq!(
+        serde_json::to_value(&summary.origin).unwrap(),
+        json!({"kind": "tool", "chat": chat, "toolCallId": call})
+    );
+    let restored = snap.chat_state(&child).expect("the child chat is restored");
+    assert_eq!(restored.turns.len(), 1);
+    let turn = serde_json::to_value(&restored.turns[0]).unwrap();
+    assert_eq!(turn["id"], call.as_str());
+    assert_eq!(turn["message"]["text"], "SUBPROMPT list the files");
+    assert_eq!(tool_calls(&turn), live_calls);
+    let parent_call = serde_json::to_value(&snap.chat.turns[0]).unwrap()["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["toolCall"]["toolCallId"] == call.as_str())
+        .unwrap()["toolCall"]
+        .clone();
+    assert_eq!(parent_call["_meta"]["subagentChatUri"], child.as_str());
+    assert!(
+        parent_call["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "subagent" && c["resource"] == child.as_str()),
+        "{parent_call}"
+    );
+    agent.shutdown().await;
+}
+
+/// (tool call id, tool name, status) of a turn's tool calls.
+fn tool_calls(turn: &Value) -> Vec<(String, String, String)> {
+    turn["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "toolCall")
+        .map(|p| {
+            let c = &p["toolCall"];
+            (
+                c["toolCallId"].as_str().unwrap().to_owned(),
+                c["toolName"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
