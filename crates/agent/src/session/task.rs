@@ -180,6 +180,12 @@ pub(crate) enum Internal {
     },
     /// Move a waiting turn or the queue forward (from a handler that cannot await).
     Pump,
+    /// A nested subagent ended; what its transcript holds (the CLI prints none of it).
+    SubagentRead {
+        call: String,
+        end: subagents::ChildEnd,
+        turns: Vec<Turn>,
+    },
 }
 
 /// The host's overlay record of a session, as the task knows it.

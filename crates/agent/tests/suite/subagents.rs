@@ -219,3 +219,118 @@ fn tool_calls(turn: &Value) -> Vec<(String, String, String)> {
         })
         .collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_of_a_subagent_is_a_child_of_its_parents_chat() {
+    let e = env().await;
+    std::fs::write(e.dir.path().join("work/a.txt"), "hello").unwrap();
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT delegate again"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::subagent_call("NESTED list the files"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("NESTED".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "ls", "description": "List files"}),
+        ),
+    ));
+    for text in ["Found a.txt.", "My helper found a.txt.", "Done."] {
+        e.fake.push(once(Match::HasToolResult, Reply::text(text)));
+    }
+    let agent = e.agent(None).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    let chat = s.chat_uri().to_owned();
+    let (_, mut sub) = s.subscribe().await.unwrap();
+    let sender = s.clone();
+    let sent = tokio::spawn(async move { sender.send("Please ask a helper").await });
+    let mut log = until_turn_end(&mut sub, &chat).await;
+    sent.await.unwrap().unwrap();
+    // The inner subagent's calls come from its transcript as it ends, which may be read
+    // after the main turn has ended.
+    let chats_ended = |log: &[(String, Value)]| {
+        log.iter()
+            .filter(|(c, a)| *c != chat && a["type"] == "chat/turnComplete")
+            .count()
+    };
+    while chats_ended(&log) < 2 {
+        let e = tokio::time::timeout(Duration::from_secs(30), sub.recv())
+            .await
+            .expect("the subagents end")
+            .expect("the session is running");
+        if let SessionEvent::Action(p) = e {
+            log.push((
+                p.channel().to_owned(),
+                serde_json::to_value(p.action()).unwrap(),
+            ));
+        }
+    }
+
+    let added: Vec<&Value> = log
+        .iter()
+        .filter(|(_, a)| a["type"] == "session/chatAdded")
+        .map(|(_, a)| &a["summary"])
+        .collect();
+    assert_eq!(added.len(), 2, "{log:#?}");
+    let outer = added[0]["resource"].as_str().unwrap();
+    let inner = added[1]["resource"].as_str().unwrap();
+    assert_eq!(added[0]["origin"]["chat"], chat.as_str());
+    assert_eq!(added[1]["origin"]["chat"], outer, "nested under its parent");
+    // The outer child's call of the subagent tool points at the inner child.
+    let ready = log
+        .iter()
+        .find(|(c, a)| c == outer && a["type"] == "chat/toolCallReady")
+        .unwrap();
+    assert_eq!(ready.1["_meta"]["subagentChatUri"], inner);
+    let inner_kinds: Vec<&str> = log
+        .iter()
+        .filter(|(c, _)| c == inner)
+        .map(|(_, a)| a["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        inner_kinds,
+        [
+            "chat/turnStarted",
+            "chat/toolCallStart",
+            "chat/toolCallReady",
+            "chat/toolCallComplete",
+            "chat/usage",
+            "chat/turnComplete"
+        ]
+    );
+    let snap = s.snapshot().await.unwrap();
+    assert_eq!(snap.session.chats.len(), 3);
+    for uri in [outer, inner] {
+        let st = snap.chat_state(uri).unwrap();
+        assert_eq!(st.turns.len(), 1, "{uri}");
+        assert!(st.active_turn.is_none(), "{uri}");
+    }
+
+    // Restored the same way.
+    let id = s.id().to_owned();
+    agent.shutdown().await;
+    let agent = e.agent(None).await;
+    let s = agent.open_session(&id).await.unwrap();
+    let snap = s.snapshot().await.unwrap();
+    let origin_of = |uri: &str| {
+        serde_json::to_value(
+            &snap
+                .session
+                .chats
+                .iter()
+                .find(|c| c.resource == uri)
+                .unwrap_or_else(|| panic!("{uri} listed"))
+                .origin,
+        )
+        .unwrap()
+    };
+    assert_eq!(origin_of(outer)["chat"], chat.as_str());
+    assert_eq!(origin_of(inner)["chat"], outer);
+    let restored = serde_json::to_value(&snap.chat_state(inner).unwrap().turns[0]).unwrap();
+    assert_eq!(tool_calls(&restored).len(), 1, "{restored}");
+    agent.shutdown().await;
+}

@@ -1269,3 +1269,208 @@ async fn oversized_titles_and_drafts_are_refused_and_change_nothing() {
         .await;
     assert!(c.echo(seq).await.get("rejectionReason").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_follows_a_subagent_in_its_own_chat_live_and_after_a_host_restart() {
+    use claude_host_testkit::fake::Block;
+    let mut e = env_with_store().await;
+    std::fs::write(e.work().join("a.txt"), "hello").unwrap();
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT list the files"),
+    ));
+    // The subagent's first answer waits, so the window subscribes before its tool call.
+    let (held, gate) = Reply::gated_blocks(
+        vec![Block::ToolUse {
+            name: "Bash".into(),
+            input: json!({"command": "ls", "description": "List files"}),
+        }],
+        1,
+    );
+    e.fake
+        .push(once(Match::LastUserContains("SUBPROMPT".into()), held));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Found a.txt.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper found a.txt."),
+    ));
+    let client_id = uuid::Uuid::new_v4().to_string();
+    let (mut c, _) = vs_code(&e, &client_id).await;
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
+
+    let ready = c
+        .action("the Agent call's card", |a| {
+            a["channel"] == chat.as_str()
+                && a["action"]["type"] == "chat/toolCallReady"
+                && a["action"]["_meta"]["toolKind"] == "subagent"
+        })
+        .await;
+    let call = ready["action"]["toolCallId"].as_str().unwrap().to_owned();
+    let child = ready["action"]["_meta"]["subagentChatUri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        child,
+        claude_host_protocol::uri::subagent_chat_uri(&session, &call)
+    );
+    assert_eq!(
+        ready["action"]["_meta"]["subagentAgentName"],
+        "general-purpose"
+    );
+    let added = c
+        .action("the child chat in the session's chats", |a| {
+            a["action"]["type"] == "session/chatAdded"
+        })
+        .await;
+    assert_eq!(added["channel"], session.as_str());
+    assert_eq!(added["action"]["summary"]["resource"], child.as_str());
+    assert_eq!(
+        added["action"]["summary"]["origin"],
+        json!({"kind": "tool", "chat": chat, "toolCallId": call})
+    );
+
+    // Subscribed while the parent's call runs: the child's turn is open, with nothing in it.
+    let snap = c.ok("subscribe", json!({"channel": child})).await;
+    let from = snap["snapshot"]["fromSeq"].as_u64().unwrap();
+    let mut mirror: ahp_types::state::ChatState =
+        serde_json::from_value(snap["snapshot"]["state"].clone()).unwrap();
+    let open = mirror.active_turn.as_ref().expect("the child's turn runs");
+    assert_eq!(open.id, call);
+    assert_eq!(open.message.text, "SUBPROMPT list the files");
+    assert!(open.response_parts.is_empty(), "{open:?}");
+    gate.open();
+    c.action("the main turn's end", turn_ended(&turn)).await;
+
+    let child_actions: Vec<Value> = c
+        .actions
+        .iter()
+        .filter(|a| a["channel"] == child.as_str())
+        .cloned()
+        .collect();
+    let kinds: Vec<&str> = child_actions
+        .iter()
+        .map(|a| a["action"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "chat/toolCallStart",
+            "chat/toolCallReady",
+            "chat/toolCallComplete",
+            "chat/usage",
+            "chat/turnComplete"
+        ]
+    );
+    for a in &child_actions {
+        assert!(a["serverSeq"].as_u64().unwrap() > from);
+        let action: ahp_types::actions::StateAction =
+            serde_json::from_value(a["action"].clone()).unwrap();
+        ahp::reducers::apply_action_to_chat(&mut mirror, &action);
+    }
+    // Live: the child's tool call finished before the parent's call did.
+    let at = |pred: &dyn Fn(&Value) -> bool| c.actions.iter().position(pred).unwrap();
+    let inner_done =
+        at(&|a| a["channel"] == child.as_str() && a["action"]["type"] == "chat/toolCallComplete");
+    let parent_done = at(&|a| {
+        a["channel"] == chat.as_str()
+            && a["action"]["type"] == "chat/toolCallComplete"
+            && a["action"]["toolCallId"] == call.as_str()
+    });
+    assert!(inner_done < parent_done);
+    let mirrored = serde_json::to_value(&mirror).unwrap();
+    assert_eq!(mirrored, e.server_chat_state(&child).await);
+    let live_calls = tool_calls_of(&mirrored["turns"][0]);
+    assert_eq!(live_calls.len(), 1, "{mirrored}");
+
+    // A subagent's chat takes no prompts, and a chat no call started is not there.
+    let seq = c
+        .dispatch(
+            &child,
+            json!({"type": "chat/turnStarted", "turnId": request_id(),
+                "startedAt": "2026-05-01T10:01:00.000Z",
+                "message": user_message("hello child", &model)}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("read-only"),
+        "{echo}"
+    );
+    assert_eq!(mirrored, e.server_chat_state(&child).await, "unchanged");
+    let nothing = claude_host_protocol::uri::subagent_chat_uri(&session, "toolu_nothing");
+    let r = c.request("subscribe", json!({"channel": nothing})).await;
+    assert!(r.get("error").is_some(), "{r}");
+
+    // After a restart the window initializes again with the same subscriptions.
+    drop(c);
+    e.restart().await;
+    let mut c = VsCode::connect(&e.url, &client_id).await;
+    let init = c
+        .initialize(&[
+            "ahp-root://",
+            session.as_str(),
+            chat.as_str(),
+            child.as_str(),
+        ])
+        .await;
+    let snapshots = init["snapshots"].as_array().unwrap();
+    assert_eq!(snapshots.len(), 4, "{init}");
+    let chats = snapshots[1]["state"]["chats"].as_array().unwrap();
+    let listed = chats
+        .iter()
+        .find(|c| c["resource"] == child.as_str())
+        .unwrap_or_else(|| panic!("the child is listed again: {chats:?}"));
+    assert_eq!(
+        listed["origin"],
+        json!({"kind": "tool", "chat": chat, "toolCallId": call})
+    );
+    let parent_call = snapshots[2]["state"]["turns"][0]["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["toolCall"]["toolCallId"] == call.as_str())
+        .unwrap()["toolCall"]
+        .clone();
+    assert_eq!(parent_call["_meta"]["subagentChatUri"], child.as_str());
+    let restored = &snapshots[3]["state"];
+    assert_eq!(snapshots[3]["resource"], child.as_str());
+    assert_eq!(restored["turns"].as_array().unwrap().len(), 1, "{restored}");
+    assert_eq!(restored["turns"][0]["id"], call.as_str());
+    assert_eq!(
+        restored["turns"][0]["message"]["text"],
+        "SUBPROMPT list the files"
+    );
+    assert_eq!(tool_calls_of(&restored["turns"][0]), live_calls);
+}
+
+/// (id, name, status) of a turn's tool calls.
+fn tool_calls_of(turn: &Value) -> Vec<(String, String, String)> {
+    turn["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "toolCall")
+        .map(|p| {
+            let c = &p["toolCall"];
+            (
+                c["toolCallId"].as_str().unwrap().to_owned(),
+                c["toolName"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}

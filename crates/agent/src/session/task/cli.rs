@@ -266,6 +266,9 @@ impl Task {
                 self.applied(generation, result);
                 self.pump().await;
             }
+            Internal::SubagentRead { call, end, turns } => {
+                self.subagent_read(&call, end, turns);
+            }
             Internal::Pump => {
                 self.next_queued();
                 self.pump().await;

@@ -8,7 +8,8 @@ use super::*;
 use crate::subagent::{Spawn, spawns_subagent};
 use ahp_types::actions::SessionChatAddedAction;
 use ahp_types::state::{
-    ChatInteractivity, ChatOrigin, ToolResultContent, ToolResultSubagentContent, UsageInfo,
+    ChatInteractivity, ChatOrigin, ToolCallConfirmationReason, ToolResultContent,
+    ToolResultSubagentContent, UsageInfo,
 };
 use claude_host_protocol::frames::StreamEvent;
 
@@ -25,6 +26,8 @@ pub(crate) struct Subagent {
 
 struct ChildTurn {
     mapper: TurnMapper,
+    /// Ended, and its transcript is being read for what the CLI did not print.
+    reading: bool,
     /// Per API message: (input tokens with cache, output tokens, cache reads).
     usage: HashMap<String, (i64, i64, i64)>,
     model: Option<String>,
@@ -86,7 +89,7 @@ impl ChildTurn {
 }
 
 /// How a subagent's turn ended.
-pub(super) enum ChildEnd {
+pub(crate) enum ChildEnd {
     Complete,
     Failed(String),
     Cancelled,
@@ -346,6 +349,7 @@ impl Task {
             spawn,
             turn: Some(ChildTurn {
                 mapper: TurnMapper::for_subagent(call),
+                reading: false,
                 usage: HashMap::new(),
                 model: None,
             }),
@@ -391,7 +395,65 @@ impl Task {
             _ => ChildEnd::Complete,
         };
         let call = call.to_owned();
+        // The CLI prints the frames of its own subagents only, not of theirs: a nested
+        // subagent's turn is filled in from its transcript as it ends.
+        let config = self.config_dir();
+        let nested = self.subagents.iter_mut().find(|c| {
+            c.call == call
+                && c.turn.as_ref().is_some_and(|t| !t.reading)
+                && matches!(&c.chat.origin, Some(ChatOrigin::Tool { chat, .. })
+                    if *chat != self.uris.chat)
+        });
+        if let (Some(child), Some(config)) = (nested, config)
+            && let Some(turn) = child.turn.as_mut()
+        {
+            turn.reading = true;
+            let session = self.id.clone();
+            let internal = self.internal_tx.clone();
+            tokio::spawn(async move {
+                let read_call = call.clone();
+                let turns = tokio::task::spawn_blocking(move || {
+                    let paths =
+                        claude_host_sdk::transcripts::subagent_transcripts(&config, &session)
+                            .unwrap_or_default();
+                    crate::restore::subagents_from_transcripts(&paths)
+                        .into_iter()
+                        .find(|r| r.call == read_call)
+                        .map(|r| r.turns)
+                        .unwrap_or_default()
+                })
+                .await
+                .unwrap_or_default();
+                let _ = internal.send(Internal::SubagentRead { call, end, turns });
+            });
+            return;
+        }
         self.end_subagent(&call, end);
+    }
+
+    /// What a nested subagent's transcript holds, published into its turn before it ends.
+    pub(super) fn subagent_read(&mut self, call: &str, end: ChildEnd, turns: Vec<Turn>) {
+        let Some(turn) = self
+            .subagents
+            .iter_mut()
+            .find(|c| c.call == call)
+            .and_then(|c| c.turn.as_mut())
+        else {
+            return;
+        };
+        turn.reading = false;
+        let parts = turns
+            .into_iter()
+            .next()
+            .map(|t| t.response_parts)
+            .unwrap_or_default();
+        let kind = ChannelKind::Subagent(call.to_owned());
+        for part in parts {
+            for a in replay_part(call, part) {
+                self.publish(kind.clone(), a, None);
+            }
+        }
+        self.end_subagent(call, end);
     }
 
     /// Ends the running turn of the subagent `call` (and of the subagents it started).
@@ -400,7 +462,8 @@ impl Task {
             .subagents
             .iter()
             .filter(|c| {
-                c.turn.is_some()
+                // One still being read ends when its transcript is in.
+                c.turn.as_ref().is_some_and(|t| !t.reading)
                     && matches!(&c.chat.origin, Some(ChatOrigin::Tool { chat, .. })
                         if *chat == subagent_chat_uri(&self.uris.session, call))
             })
@@ -417,6 +480,10 @@ impl Task {
         let Some(child) = self.subagents.iter_mut().find(|c| c.call == call) else {
             return;
         };
+        if child.turn.as_ref().is_some_and(|t| t.reading) {
+            // Ends once its transcript is in.
+            return;
+        }
         let Some(mut turn) = child.turn.take() else {
             return;
         };
@@ -440,14 +507,67 @@ impl Task {
     /// Ends every running subagent turn (the CLI stopped, the turn was cancelled, the
     /// session closes).
     pub(super) fn end_all_subagents(&mut self, end: fn() -> ChildEnd) {
-        let running: Vec<String> = self
-            .subagents
-            .iter()
-            .filter(|c| c.turn.is_some())
-            .map(|c| c.call.clone())
-            .collect();
+        let mut running = Vec::new();
+        for c in &mut self.subagents {
+            if let Some(t) = c.turn.as_mut() {
+                // Not waiting for a transcript any more: what it would add comes too late.
+                t.reading = false;
+                running.push(c.call.clone());
+            }
+        }
         for call in running {
             self.end_subagent(&call, end());
         }
+    }
+}
+
+/// The actions that rebuild one response part of a finished turn.
+fn replay_part(turn_id: &str, part: ResponsePart) -> Vec<StateAction> {
+    match part {
+        ResponsePart::Markdown(m) => vec![actions::markdown_part(turn_id, m.id, m.content)],
+        ResponsePart::Reasoning(r) => vec![actions::reasoning_part(turn_id, r.id, r.content)],
+        ResponsePart::ToolCall(tc) => {
+            let ToolCallState::Completed(c) = tc.tool_call else {
+                return Vec::new();
+            };
+            let input = match &c.tool_input {
+                Some(ToolInput::Inline(text)) => text.clone(),
+                _ => "{}".to_owned(),
+            };
+            let invocation = match &c.invocation_message {
+                ahp_types::common::StringOrMarkdown::Plain(s) => s.clone(),
+                other => serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.get("markdown").and_then(Value::as_str).map(str::to_owned))
+                    .unwrap_or_else(|| c.display_name.clone()),
+            };
+            vec![
+                actions::tool_call_start(turn_id, &c.tool_call_id, &c.tool_name),
+                actions::tool_call_ready(
+                    turn_id,
+                    &c.tool_call_id,
+                    Ready {
+                        invocation,
+                        input,
+                        confirmed: Some(ToolCallConfirmationReason::NotNeeded),
+                        title: None,
+                    },
+                ),
+                StateAction::ChatToolCallComplete(ahp_types::actions::ChatToolCallCompleteAction {
+                    turn_id: turn_id.to_owned(),
+                    tool_call_id: c.tool_call_id.clone(),
+                    meta: None,
+                    result: ahp_types::state::ToolCallResult {
+                        success: c.success,
+                        past_tense_message: c.past_tense_message.clone(),
+                        content: c.content.clone(),
+                        structured_content: None,
+                        error: None,
+                    },
+                    requires_result_confirmation: None,
+                }),
+            ]
+        }
+        _ => Vec::new(),
     }
 }
