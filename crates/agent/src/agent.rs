@@ -110,6 +110,8 @@ pub struct AgentConfig {
     pub replay_buffer: usize,
     /// How long an interrupted turn may take to settle before its CLI is killed.
     pub abort_grace: Duration,
+    /// How long a client tool call waits for its client to come back after it left.
+    pub client_tool_grace: Duration,
     /// How long a session restored from disk stays open with nobody using it.
     pub idle_eviction: Duration,
     /// Tools no session may use (`WebSearch` behind Copilot, which refuses its server tool).
@@ -129,6 +131,7 @@ impl AgentConfig {
             allow_bypass_permissions: false,
             replay_buffer: 4096,
             abort_grace: Duration::from_secs(5),
+            client_tool_grace: Duration::from_secs(30),
             idle_eviction: Duration::from_secs(600),
             disallowed_tools: Vec::new(),
             durable: None,
@@ -455,6 +458,7 @@ impl Agent {
             seq: self.seq.clone(),
             replay_capacity: self.config.replay_buffer,
             abort_grace: self.config.abort_grace,
+            client_grace: self.config.client_tool_grace,
             idle_eviction,
             notices: self.notices.clone(),
             live_tasks: self.live_tasks.clone(),

@@ -4,6 +4,7 @@
 //! published actions ([`SessionSubscription`]).
 
 mod bridge;
+mod client_tools;
 mod task;
 
 pub(crate) use task::{Overlay, SessionDurable, SessionSpec, spawn};
@@ -111,6 +112,8 @@ pub struct SessionStatus {
     pub working_directories: Vec<PathBuf>,
     /// Tool calls the running turn tracks as asked about (zero between turns).
     pub tracked_tool_calls: usize,
+    /// Calls of client tools waiting for their client's result.
+    pub client_calls: Vec<String>,
     /// The session is closed (or closing).
     pub closed: bool,
 }
@@ -629,6 +632,8 @@ pub struct StandaloneSession {
     pub allow_bypass: bool,
     /// How long an interrupted turn may take to settle before the CLI is killed.
     pub abort_grace: Duration,
+    /// How long a client tool call waits for its client to come back after it left.
+    pub client_tool_grace: Duration,
     /// Actions kept for replay.
     pub replay_capacity: usize,
     /// Told of every human message the session hands its CLI.
@@ -644,6 +649,7 @@ impl StandaloneSession {
             models: Vec::new(),
             allow_bypass: false,
             abort_grace: Duration::from_secs(5),
+            client_tool_grace: Duration::from_secs(30),
             replay_capacity: 4096,
             prompts: None,
         }
@@ -673,6 +679,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         seq: crate::outbox::Sequence::default(),
         replay_capacity: s.replay_capacity,
         abort_grace: s.abort_grace,
+        client_grace: s.client_tool_grace,
         idle_eviction: None,
         notices,
         live_tasks: Arc::new(std::sync::atomic::AtomicUsize::new(0)),

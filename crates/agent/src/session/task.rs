@@ -6,6 +6,7 @@
 //! reports back as an [`Internal`] message, so a subscribe or a dispatch is never stuck behind it.
 
 mod cli;
+mod client;
 mod disk;
 mod dispatch;
 mod input;
@@ -180,6 +181,13 @@ pub(crate) enum Internal {
     },
     /// Move a waiting turn or the queue forward (from a handler that cannot await).
     Pump,
+    /// Claude Code calls a client's tool (through the in-process MCP server).
+    ClientTool {
+        generation: u64,
+        tool_use_id: String,
+        name: String,
+        reply: oneshot::Sender<rmcp::model::CallToolResult>,
+    },
     /// A nested subagent ended; what its transcript holds (the CLI prints none of it).
     SubagentRead {
         call: String,
@@ -221,6 +229,8 @@ pub(crate) struct SessionSpec {
     pub seq: Sequence,
     pub replay_capacity: usize,
     pub abort_grace: Duration,
+    /// How long a client tool call waits for its client to come back after it left.
+    pub client_grace: Duration,
     /// Close the session after this long unused (restored sessions).
     pub idle_eviction: Option<Duration>,
     pub notices: broadcast::Sender<SessionNotice>,
@@ -487,6 +497,10 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         slash_commands: Vec::new(),
         ended,
         subagents,
+        client_calls: HashMap::new(),
+        client_completed: std::collections::HashSet::new(),
+        cli_tools: Vec::new(),
+        client_grace: spec.client_grace,
     };
     tokio::spawn(task.run());
     handle
@@ -637,6 +651,13 @@ struct Task {
     /// The chats of the subagents its tool calls started (restored ones included), in the
     /// order they started.
     subagents: Vec<subagents::Subagent>,
+    /// Client tool calls waiting for their client, by tool call id.
+    client_calls: HashMap<String, client::ClientCall>,
+    /// Client tool calls a client completed: the CLI's own report of them adds nothing.
+    client_completed: std::collections::HashSet<String>,
+    /// The clients' tools the live CLI offers.
+    cli_tools: Vec<ahp_types::state::ToolDefinition>,
+    client_grace: Duration,
 }
 
 impl Task {
@@ -774,6 +795,11 @@ impl Task {
             title: self.session.title.clone(),
             working_directories: self.working_directories.clone(),
             tracked_tool_calls: turn.map_or(0, |t| t.mapper.tracked()),
+            client_calls: {
+                let mut ids: Vec<String> = self.client_calls.keys().cloned().collect();
+                ids.sort();
+                ids
+            },
             closed: self.closing,
         };
         self.status.send_if_modified(|s| {
@@ -794,6 +820,7 @@ impl Task {
                 self.deliver(reply, out);
             }
             Command::ActiveClient(Ok(client)) => {
+                self.client_back(&client.client_id);
                 self.session(StateAction::SessionActiveClientSet(
                     SessionActiveClientSetAction {
                         active_client: client,
@@ -801,6 +828,7 @@ impl Task {
                 ));
             }
             Command::ActiveClient(Err(client_id)) => {
+                self.client_left(&client_id);
                 if self
                     .session
                     .active_clients
@@ -934,6 +962,7 @@ impl Task {
         self.turn.is_none()
             && matches!(self.cli, Cli::None)
             && self.waiting.is_empty()
+            && self.client_calls.is_empty()
             && self.queue.is_empty()
             && self.applying.is_none()
     }
@@ -959,14 +988,15 @@ impl Task {
                 None
             }
         };
-        match (settle, evict) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [settle, evict, self.client_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn on_deadline(&mut self) {
         let now = Instant::now();
+        self.client_deadlines_passed(now);
         if let Some(s) = self.settling.as_mut()
             && !s.killed
             && now >= s.deadline

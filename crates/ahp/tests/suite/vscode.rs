@@ -1474,3 +1474,219 @@ fn tool_calls_of(turn: &Value) -> Vec<(String, String, String)> {
         })
         .collect()
 }
+
+/// A `chat/toolCallComplete` as VS Code sends a client tool's result.
+fn tool_result(turn: &str, call: &str, text: &str) -> Value {
+    json!({"type": "chat/toolCallComplete", "turnId": turn, "toolCallId": call,
+        "result": {"success": true, "pastTenseMessage": "Ran tests",
+            "content": [{"type": "text", "text": text}]}})
+}
+
+/// A turn in which Claude calls the window's `vscode_runTests`, confirmed by the window, up
+/// to the host asking the window to run it: the session, the turn and the call.
+async fn client_tool_parked(e: &Env, c: &mut VsCode, model: &str, chat: &str) -> (String, String) {
+    let turn = start_turn(c, chat, "Please run the tests", model).await;
+    let start = c
+        .action("the client tool's card", |a| {
+            a["action"]["type"] == "chat/toolCallStart"
+                && a["action"]["toolName"] == "mcp__client__vscode_runTests"
+        })
+        .await;
+    let me = c.client_id.clone();
+    assert_eq!(
+        start["action"]["contributor"],
+        json!({"kind": "client", "clientId": me}),
+        "{start}"
+    );
+    assert_eq!(start["action"]["displayName"], "vscode_runTests");
+    let call = start["action"]["toolCallId"].as_str().unwrap().to_owned();
+    c.action("the confirmation", |a| {
+        a["action"]["type"] == "chat/toolCallReady"
+            && a["action"]["toolCallId"] == call.as_str()
+            && a["action"]["confirmed"].is_null()
+    })
+    .await;
+    let seq = c
+        .dispatch(
+            chat,
+            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
+                "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let need = c
+        .action("the request to run it", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolClientExecution"
+        })
+        .await;
+    let request = &need["action"]["request"];
+    assert_eq!(request["id"], call.as_str(), "{need}");
+    assert_eq!(request["clientId"], me.as_str());
+    assert_eq!(request["chat"], chat);
+    assert_eq!(request["turnId"], turn.as_str());
+    assert_eq!(request["toolCall"]["status"], "running");
+    assert_eq!(request["toolCall"]["toolCallId"], call.as_str());
+    let _ = e;
+    (turn, call)
+}
+
+fn script_client_tool(e: &Env, then: &str) {
+    e.fake.push(Rule {
+        when: Match::LastUserContains("run the tests".into()),
+        reply: Reply::tool_use(
+            "mcp__client__vscode_runTests",
+            json!({"files": ["a.test.ts"]}),
+        ),
+        times: Some(1),
+    });
+    e.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: Reply::text(then),
+        times: Some(1),
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_tool_runs_in_its_window_and_only_its_result_reaches_claude() {
+    let e = env().await;
+    script_client_tool(&e, "All green.");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+
+    // Refused, each with its reason, and the call still waits.
+    let seq = c
+        .dispatch(&chat, tool_result(&turn, "toolu_nothing", "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no client tool call toolu_nothing"),
+        "{echo}"
+    );
+    let (mut other, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    other.ok("subscribe", json!({"channel": chat})).await;
+    let seq = other
+        .dispatch(&chat, tool_result(&turn, &call, "forged"))
+        .await;
+    let echo = other.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another client"),
+        "{echo}"
+    );
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/toolCallComplete", "turnId": turn, "toolCallId": call,
+                "result": {"success": "yes"}}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("malformed"),
+        "{echo}"
+    );
+    let waiting = e.server_session_state(&session).await.input_needed;
+    assert_eq!(
+        serde_json::to_value(&waiting).unwrap()[0]["id"],
+        call.as_str(),
+        "still waiting: {waiting:?}"
+    );
+
+    // The owner's result goes to Claude.
+    let seq = c
+        .dispatch(&chat, tool_result(&turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    c.action("the request withdrawn", |a| {
+        a["action"]["type"] == "session/inputNeededRemoved" && a["action"]["id"] == call.as_str()
+    })
+    .await;
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(last.contains("3 passed"), "{last}");
+    assert!(!last.contains("forged"), "{last}");
+    let state = e.server_chat_state(&chat).await;
+    let completes = c
+        .actions
+        .iter()
+        .filter(|a| {
+            a["action"]["type"] == "chat/toolCallComplete"
+                && a["action"]["toolCallId"] == call.as_str()
+                && a.get("rejectionReason").is_none()
+        })
+        .count();
+    assert_eq!(completes, 1, "the call completes once");
+    assert!(state.to_string().contains("All green."), "{state}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_turn_while_a_client_tool_waits_ends_the_call_and_claude_goes_on() {
+    let e = env().await;
+    script_client_tool(&e, "never used");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/turnCancelled", "turnId": turn, "duration": 1000}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    c.action("the request withdrawn", |a| {
+        a["action"]["type"] == "session/inputNeededRemoved" && a["action"]["id"] == call.as_str()
+    })
+    .await;
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnCancelled", "{end}");
+    assert!(
+        e.server_session_state(&session)
+            .await
+            .input_needed
+            .is_none_or(|v| v.is_empty())
+    );
+    // Nothing hangs: the next turn runs.
+    e.fake.push(Rule {
+        when: Match::LastUserContains("again".into()),
+        reply: Reply::text("Back."),
+        times: Some(1),
+    });
+    let turn = start_turn(&mut c, &chat, "again", &model).await;
+    let end = c.action("the next turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_while_its_tool_waits_gets_an_error_result_to_claude() {
+    let e = env_full(
+        HostConfig::default(),
+        |a| a.client_tool_grace = std::time::Duration::from_millis(300),
+        |_| {},
+    )
+    .await;
+    script_client_tool(&e, "The tests could not run.");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let (mut watcher, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    watcher.ok("subscribe", json!({"channel": chat})).await;
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+    drop(c);
+    let end = watcher.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(last.contains("clientUnavailable"), "{last}");
+    let state = e.server_chat_state(&chat).await;
+    assert!(state.to_string().contains("The tests could not run."));
+    let _ = call;
+}

@@ -180,6 +180,7 @@ impl Task {
         // Each line of the transcript is also reported, for the shared store.
         opts.session_mirror = self.durable.is_some();
         self.cli_settings = self.settings.clone();
+        let servers = self.client_tool_servers(generation);
         let tx = self.internal_tx.clone();
         let bridge = Arc::new(Bridge {
             tx: tx.clone(),
@@ -187,7 +188,8 @@ impl Task {
         });
         let job = tokio::spawn(async move {
             let result = async {
-                let cli = ClaudeSession::spawn(opts, bridge).map_err(|e| e.to_string())?;
+                let cli = ClaudeSession::spawn_with_mcp(opts, bridge, servers)
+                    .map_err(|e| e.to_string())?;
                 let init = cli
                     .initialize(None, json!({}))
                     .await
@@ -268,6 +270,15 @@ impl Task {
             }
             Internal::SubagentRead { call, end, turns } => {
                 self.subagent_read(&call, end, turns);
+            }
+            Internal::ClientTool {
+                generation,
+                tool_use_id,
+                name,
+                reply,
+            } => {
+                self.on_client_tool(generation, tool_use_id, name, reply)
+                    .await;
             }
             Internal::Pump => {
                 self.next_queued();

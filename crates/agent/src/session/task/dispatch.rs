@@ -24,6 +24,9 @@ impl Task {
             (ChannelKind::Chat, StateAction::ChatToolCallConfirmed(a)) => {
                 self.client_confirm(a, &origin)
             }
+            (ChannelKind::Chat, StateAction::ChatToolCallComplete(a)) => {
+                self.client_complete(a, &origin)
+            }
             (ChannelKind::Chat, StateAction::ChatInputCompleted(a)) => {
                 self.client_answer(a, &origin)
             }
@@ -128,9 +131,22 @@ impl Task {
                 a @ (StateAction::SessionActiveClientSet(_)
                 | StateAction::SessionActiveClientRemoved(_)),
             ) => {
+                match &a {
+                    StateAction::SessionActiveClientSet(s) => {
+                        self.client_back(&s.active_client.client_id);
+                    }
+                    StateAction::SessionActiveClientRemoved(r) => self.client_left(&r.client_id),
+                    _ => {}
+                }
                 self.publish(ChannelKind::Session, a, Some(origin.clone()));
                 Ok(())
             }
+            (_, StateAction::Unknown(v)) => Err(format!(
+                "{} is malformed or not an action this host knows",
+                v.get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the action")
+            )),
             (ChannelKind::Session, a) => Err(format!(
                 "{} is not accepted on a session channel",
                 actions::kind(&a)

@@ -235,6 +235,7 @@ impl Task {
         for (id, w) in parked {
             self.refuse(&id, w);
         }
+        self.refuse_client_calls(client::Unanswered::Cancelled);
     }
 
     pub(super) fn refuse(&mut self, id: &str, w: Waiter) {

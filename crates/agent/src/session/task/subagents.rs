@@ -257,6 +257,15 @@ impl Task {
                 StateAction::ChatToolCallStart(s) if spawns_subagent(&s.tool_name) => {
                     s.meta = Some(meta(None, None));
                 }
+                StateAction::ChatToolCallStart(s) => {
+                    s.contributor = self.contributor(&s.tool_name);
+                }
+                // A client completed it: the CLI's report of the same result adds nothing.
+                StateAction::ChatToolCallComplete(c)
+                    if self.client_completed.remove(&c.tool_call_id) =>
+                {
+                    continue;
+                }
                 StateAction::ChatToolCallReady(r) => {
                     let tool = self.tool_name_in(kind, &r.turn_id, &r.tool_call_id);
                     if tool.as_deref().is_some_and(spawns_subagent) {

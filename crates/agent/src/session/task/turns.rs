@@ -116,9 +116,11 @@ impl Task {
         if !waiting || self.settling.is_some() || self.applying.is_some() || self.closing {
             return;
         }
-        if self.restart_needed
+        if (self.restart_needed || self.client_tools_changed())
             && let Cli::Live(_) = &self.cli
         {
+            // Between turns only: a new CLI resumes the session with what changed.
+            tracing::info!(session = %self.id, "restarting the CLI for new options or client tools");
             self.stop_cli().await;
         }
         match &self.cli {
