@@ -1518,6 +1518,7 @@ async fn client_tool_parked(e: &Env, c: &mut VsCode, model: &str, chat: &str) ->
         .action("the request to run it", |a| {
             a["action"]["type"] == "session/inputNeededSet"
                 && a["action"]["request"]["kind"] == "toolClientExecution"
+                && a["action"]["request"]["id"] == call.as_str()
         })
         .await;
     let request = &need["action"]["request"];
@@ -1689,4 +1690,123 @@ async fn a_client_that_leaves_while_its_tool_waits_gets_an_error_result_to_claud
     let state = e.server_chat_state(&chat).await;
     assert!(state.to_string().contains("The tests could not run."));
     let _ = call;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_windows_tools_reach_only_their_owner_and_a_new_tool_restarts_the_cli_once() {
+    let e = env().await;
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("hello".into()),
+        Reply::text("Hi."),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("open the file".into()),
+        Reply::tool_use("mcp__client__vscode_openFile", json!({"path": "a.ts"})),
+    ));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Opened.")));
+    script_client_tool(&e, "All green.");
+    let (mut a, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let id = claude_host_protocol::uri::session_uri_id(&session)
+        .unwrap()
+        .to_owned();
+    let turn = start_turn(&mut a, &chat, "hello", &model).await;
+    a.action("the first turn's end", turn_ended(&turn)).await;
+    let handle = e.host.agent().session(&id).unwrap();
+    assert_eq!(handle.materializations(), 1);
+
+    // A second window joins with a tool of its own, between turns.
+    let (mut b, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    b.ok("subscribe", json!({"channel": session})).await;
+    b.ok("subscribe", json!({"channel": chat})).await;
+    let b_id = b.client_id.clone();
+    let seq = b
+        .dispatch(
+            &session,
+            json!({"type": "session/activeClientSet", "activeClient": {"clientId": b_id,
+                "displayName": "Window B", "tools": [{"name": "vscode_openFile",
+                "description": "Opens a file", "inputSchema": {"type": "object",
+                "properties": {"path": {"type": "string"}}}}]}}),
+        )
+        .await;
+    assert!(b.echo(seq).await.get("rejectionReason").is_none());
+
+    // Its tool's call goes to it alone.
+    let turn = start_turn(&mut a, &chat, "open the file", &model).await;
+    let start = a
+        .action("window B's tool card", |x| {
+            x["action"]["type"] == "chat/toolCallStart"
+                && x["action"]["toolName"] == "mcp__client__vscode_openFile"
+        })
+        .await;
+    assert_eq!(
+        start["action"]["contributor"],
+        json!({"kind": "client", "clientId": b_id})
+    );
+    let call = start["action"]["toolCallId"].as_str().unwrap().to_owned();
+    a.action("the confirmation", |x| {
+        x["action"]["type"] == "chat/toolCallReady"
+            && x["action"]["toolCallId"] == call.as_str()
+            && x["action"]["confirmed"].is_null()
+    })
+    .await;
+    let seq = a
+        .dispatch(
+            &chat,
+            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
+                "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(a.echo(seq).await.get("rejectionReason").is_none());
+    let need = b
+        .action("window B asked to run it", |x| {
+            x["action"]["type"] == "session/inputNeededSet"
+                && x["action"]["request"]["kind"] == "toolClientExecution"
+        })
+        .await;
+    assert_eq!(need["action"]["request"]["clientId"], b_id.as_str());
+    let seq = a
+        .dispatch(&chat, tool_result(&turn, &call, "not mine"))
+        .await;
+    let echo = a.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another client"),
+        "{echo}"
+    );
+    let seq = b
+        .dispatch(&chat, tool_result(&turn, &call, "opened a.ts"))
+        .await;
+    assert!(b.echo(seq).await.get("rejectionReason").is_none());
+    let end = a.action("the second turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    // One restart for the new tool, with the history intact.
+    assert_eq!(handle.materializations(), 2);
+    let sent: Vec<String> = e
+        .fake
+        .message_requests()
+        .iter()
+        .map(|r| r.json().to_string())
+        .collect();
+    let with_result = sent.iter().find(|r| r.contains("opened a.ts")).unwrap();
+    assert!(with_result.contains("hello"), "the history went along");
+    assert!(!sent.iter().any(|r| r.contains("not mine")));
+
+    // Window A's own tool still goes to A, without another restart.
+    let (turn, call) = client_tool_parked(&e, &mut a, &model, &chat).await;
+    let seq = a
+        .dispatch(&chat, tool_result(&turn, &call, "3 passed"))
+        .await;
+    assert!(a.echo(seq).await.get("rejectionReason").is_none());
+    let end = a.action("the third turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert_eq!(handle.materializations(), 2);
 }
