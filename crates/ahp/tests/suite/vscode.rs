@@ -1810,3 +1810,52 @@ async fn two_windows_tools_reach_only_their_owner_and_a_new_tool_restarts_the_cl
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
     assert_eq!(handle.materializations(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_that_comes_back_in_time_still_runs_its_waiting_tool() {
+    let e = env().await;
+    script_client_tool(&e, "All green.");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let (mut watcher, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    watcher.ok("subscribe", json!({"channel": session})).await;
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+    let client_id = c.client_id.clone();
+    let seen_before = c.last_seen;
+    drop(c);
+    let gone = client_id.clone();
+    watcher
+        .action("the window leaving the session", |a| {
+            a["action"]["type"] == "session/activeClientRemoved"
+                && a["action"]["clientId"] == gone.as_str()
+        })
+        .await;
+
+    // Back well within the grace: it reconnects, says it is active again, and answers.
+    let mut c = VsCode::connect(&e.url, &client_id).await;
+    let r = c
+        .ok(
+            "reconnect",
+            json!({"channel": "ahp-root://", "clientId": client_id,
+                "lastSeenServerSeq": seen_before, "subscriptions": [session, chat]}),
+        )
+        .await;
+    assert_eq!(r["type"], "replay", "{r}");
+    let seq = c
+        .dispatch(
+            &session,
+            json!({"type": "session/activeClientSet", "activeClient": {"clientId": client_id,
+                "tools": [{"name": "vscode_runTests", "description": "Runs tests"}]}}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let seq = c
+        .dispatch(&chat, tool_result(&turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(last.contains("3 passed"), "{last}");
+}
