@@ -334,3 +334,99 @@ async fn a_subagent_of_a_subagent_is_a_child_of_its_parents_chat() {
     assert_eq!(tool_calls(&restored).len(), 1, "{restored}");
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_subagent_keeps_its_chat_running_past_the_turn_that_started_it() {
+    let e = env().await;
+    std::fs::write(e.dir.path().join("work/a.txt"), "hello").unwrap();
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        // Without `run_in_background: false` Claude Code runs the agent in the background.
+        Reply::tool_use(
+            "Agent",
+            json!({"description": "look around", "prompt": "SUBPROMPT list the files",
+                "subagent_type": "general-purpose"}),
+        ),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "ls", "description": "List files"}),
+        ),
+    ));
+    // The subagent's request after `ls` (its result names the file) and the main loop's
+    // after the launch are told apart by what they carry.
+    // It answers only once the main turn has ended, so the subagent outlives that turn.
+    let (held, gate) = Reply::gated_blocks(
+        vec![claude_host_testkit::fake::Block::Text(vec![
+            "Found a.txt.".into(),
+        ])],
+        1,
+    );
+    e.fake
+        .push(once(Match::LastUserContains("a.txt".into()), held));
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply: Reply::text("Noted."),
+        times: None,
+    });
+    let agent = e.agent(None).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    let chat = s.chat_uri().to_owned();
+    let (_, mut sub) = s.subscribe().await.unwrap();
+    let sender = s.clone();
+    let sent = tokio::spawn(async move { sender.send("Please ask a helper").await });
+    let mut log = until_turn_end(&mut sub, &chat).await;
+    sent.await.unwrap().unwrap();
+    gate.open();
+    let child_ended = |log: &[(String, Value)]| {
+        log.iter()
+            .any(|(c, a)| *c != chat && a["type"] == "chat/turnComplete")
+    };
+    while !child_ended(&log) {
+        let e = tokio::time::timeout(Duration::from_secs(60), sub.recv())
+            .await
+            .expect("the subagent ends")
+            .expect("the session is running");
+        if let SessionEvent::Action(p) = e {
+            log.push((
+                p.channel().to_owned(),
+                serde_json::to_value(p.action()).unwrap(),
+            ));
+        }
+    }
+    let child = log
+        .iter()
+        .find(|(_, a)| a["type"] == "session/chatAdded")
+        .map(|(_, a)| a["summary"]["resource"].as_str().unwrap().to_owned())
+        .unwrap();
+    // What the subagent says comes too (a background agent's text is printed).
+    let kinds: Vec<&str> = log
+        .iter()
+        .filter(|(c, _)| *c == child)
+        .map(|(_, a)| a["type"].as_str().unwrap())
+        .filter(|k| !matches!(*k, "chat/responsePart" | "chat/delta"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "chat/turnStarted",
+            "chat/toolCallStart",
+            "chat/toolCallReady",
+            "chat/toolCallComplete",
+            "chat/usage",
+            "chat/turnComplete"
+        ],
+        "{log:#?}"
+    );
+    // It outlived the turn that started it.
+    let main_end = position(&log, |c, a| c == chat && a["type"] == "chat/turnComplete");
+    let child_end = position(&log, |c, a| c == child && a["type"] == "chat/turnComplete");
+    assert!(main_end < child_end, "{log:#?}");
+    let snap = s.snapshot().await.unwrap();
+    let st = snap.chat_state(&child).unwrap();
+    assert!(st.active_turn.is_none());
+    assert_eq!(st.turns.len(), 1);
+    agent.shutdown().await;
+}
