@@ -308,15 +308,26 @@ struct Steering {
 
 enum Waiter {
     Tool {
+        /// The chat whose tool call it is (the default chat, or a subagent's).
+        chat: ChannelKind,
         turn_id: String,
         reply: oneshot::Sender<PermissionResult>,
         input: Value,
         plan: bool,
     },
     Question {
+        chat: ChannelKind,
         reply: oneshot::Sender<PermissionResult>,
         input: Value,
     },
+}
+
+impl Waiter {
+    fn chat(&self) -> &ChannelKind {
+        match self {
+            Waiter::Tool { chat, .. } | Waiter::Question { chat, .. } => chat,
+        }
+    }
 }
 
 /// A settings change waiting for, or being applied to, the live CLI.

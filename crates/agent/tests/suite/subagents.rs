@@ -430,3 +430,68 @@ async fn a_background_subagent_keeps_its_chat_running_past_the_turn_that_started
     assert_eq!(st.turns.len(), 1);
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_tool_that_needs_the_user_is_asked_about_in_its_own_chat() {
+    let e = env().await;
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT make a file"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "touch made.txt", "description": "Make a file"}),
+        ),
+    ));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Made it.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper made it."),
+    ));
+    let agent = e.agent(None).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    let sender = s.clone();
+    let sent = tokio::spawn(async move { sender.send("Please ask a helper").await });
+    let id = s
+        .next_confirmation(Duration::from_secs(60))
+        .await
+        .expect("the subagent's Bash call asks");
+    let snap = s.snapshot().await.unwrap();
+    let child = &snap.subagents[0];
+    let pending = serde_json::to_value(child.active_turn.as_ref().unwrap()).unwrap();
+    let call = tool_calls(&json!({"responseParts": pending["responseParts"]}));
+    assert_eq!(
+        call,
+        [(
+            id.clone(),
+            "Bash".to_owned(),
+            "pending-confirmation".to_owned()
+        )]
+    );
+    let waiting = serde_json::to_value(&snap.session.input_needed).unwrap();
+    assert_eq!(waiting[0]["chat"], child.resource.as_str(), "{waiting}");
+    let main = serde_json::to_value(&snap.chat).unwrap().to_string();
+    assert!(!main.contains(&id), "not in the main chat: {main}");
+
+    s.confirm_tool(&id, claude_host_agent::Confirmation::Approve)
+        .await
+        .unwrap();
+    sent.await.unwrap().unwrap();
+    assert!(e.dir.path().join("work/made.txt").exists());
+    let snap = s.snapshot().await.unwrap();
+    let turn = serde_json::to_value(&snap.subagents[0].turns[0]).unwrap();
+    assert_eq!(
+        tool_calls(&turn),
+        [(id.clone(), "Bash".to_owned(), "completed".to_owned())]
+    );
+    assert!(
+        !serde_json::to_value(&snap.chat)
+            .unwrap()
+            .to_string()
+            .contains(&id)
+    );
+    agent.shutdown().await;
+}

@@ -1859,3 +1859,68 @@ async fn a_window_that_comes_back_in_time_still_runs_its_waiting_tool() {
     let last = e.fake.message_requests().pop().unwrap().json().to_string();
     assert!(last.contains("3 passed"), "{last}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_confirms_a_subagents_tool_call_in_the_subagents_chat() {
+    let e = env().await;
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT make a file"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "touch made.txt", "description": "Make a file"}),
+        ),
+    ));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Made it.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper made it."),
+    ));
+    let (mut c, model, chat) = session_ready(&e).await;
+    let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
+    let need = c
+        .action("the subagent's confirmation", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolConfirmation"
+        })
+        .await;
+    let request = need["action"]["request"].clone();
+    let child = request["chat"].as_str().unwrap().to_owned();
+    assert!(child.starts_with("ahp-chat://subagent/"), "{request}");
+    let call = request["id"].as_str().unwrap().to_owned();
+    let child_turn = request["turnId"].as_str().unwrap().to_owned();
+    c.ok("subscribe", json!({"channel": child})).await;
+    let confirm = json!({"type": "chat/toolCallConfirmed", "turnId": child_turn,
+        "toolCallId": call, "approved": true, "confirmed": "user-action"});
+    // On the parent's chat it is refused: the call is not there.
+    let seq = c.dispatch(&chat, confirm.clone()).await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another chat"),
+        "{echo}"
+    );
+    let seq = c.dispatch(&child, confirm).await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    assert_eq!(echo["channel"], child.as_str());
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert!(e.work().join("made.txt").exists());
+    let state = e.server_chat_state(&child).await;
+    assert_eq!(
+        tool_calls_of(&state["turns"][0]),
+        [(call, "Bash".to_owned(), "completed".to_owned())]
+    );
+}

@@ -21,15 +21,17 @@ impl Task {
             (ChannelKind::Chat, StateAction::ChatTurnStarted(a)) => {
                 self.client_turn(a, &origin, content)
             }
-            (ChannelKind::Chat, StateAction::ChatToolCallConfirmed(a)) => {
-                self.client_confirm(a, &origin)
-            }
+            (
+                k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
+                StateAction::ChatToolCallConfirmed(a),
+            ) => self.client_confirm(&k, a, &origin),
             (ChannelKind::Chat, StateAction::ChatToolCallComplete(a)) => {
                 self.client_complete(a, &origin)
             }
-            (ChannelKind::Chat, StateAction::ChatInputCompleted(a)) => {
-                self.client_answer(a, &origin)
-            }
+            (
+                k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
+                StateAction::ChatInputCompleted(a),
+            ) => self.client_answer(&k, a, &origin),
             (ChannelKind::Chat, StateAction::ChatPendingMessageSet(a)) => {
                 self.client_pending(a, &origin).await
             }
@@ -226,11 +228,23 @@ impl Task {
         Ok(())
     }
 
+    /// Refuses an answer dispatched on another chat than the one its request is in.
+    fn in_its_chat(&self, kind: &ChannelKind, id: &str) -> Result<(), String> {
+        match self.waiting.get(id) {
+            Some(w) if w.chat() != kind => Err(format!(
+                "{id} waits in another chat of this session; answer it there"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn client_confirm(
         &mut self,
+        kind: &ChannelKind,
         a: ChatToolCallConfirmedAction,
         origin: &ActionOrigin,
     ) -> Result<(), String> {
+        self.in_its_chat(kind, &a.tool_call_id)?;
         let decision = if a.approved {
             Confirmation::Approve
         } else {
@@ -248,9 +262,11 @@ impl Task {
 
     pub(super) fn client_answer(
         &mut self,
+        kind: &ChannelKind,
         a: ChatInputCompletedAction,
         origin: &ActionOrigin,
     ) -> Result<(), String> {
+        self.in_its_chat(kind, &a.request_id)?;
         let id = a.request_id.clone();
         let answer = InputReply {
             response: a.response,

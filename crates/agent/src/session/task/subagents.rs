@@ -242,6 +242,25 @@ impl Task {
         self.subagents.iter().find(|c| c.call == call)
     }
 
+    /// The state of the subagent chat of `call`.
+    pub(super) fn subagent_chat(&self, call: &str) -> Option<&ChatState> {
+        self.subagent(call).map(|c| &c.chat)
+    }
+
+    /// The running subagent whose tool call `id` is (the CLI asks about it): its call.
+    pub(super) fn subagent_asking(&mut self, id: &str, tool: &str) -> Option<String> {
+        let child = self.subagents.iter_mut().find(|c| {
+            c.turn
+                .as_ref()
+                .is_some_and(|t| t.mapper.tool_name(id).is_some())
+        })?;
+        if let Some(turn) = child.turn.as_mut() {
+            // Seen already: this only keeps its pending confirmation from being overridden.
+            let _ = turn.mapper.asked(id, tool);
+        }
+        Some(child.call.clone())
+    }
+
     fn chat_uri_of(&self, kind: &ChannelKind) -> String {
         match kind {
             ChannelKind::Subagent(call) => subagent_chat_uri(&self.uris.session, call),
