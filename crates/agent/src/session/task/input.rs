@@ -249,10 +249,32 @@ impl Task {
     /// Refuses everything parked: tools denied, questions cancelled, each shown.
     pub(super) fn refuse_waiting(&mut self) {
         let parked: Vec<(String, Waiter)> = self.waiting.drain().collect();
+        self.refuse_parked(parked);
+    }
+
+    /// Refuses what the main chat's turn left parked; a background subagent's requests
+    /// outlive it.
+    pub(super) fn refuse_turn_waiting(&mut self) {
+        let ids: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| *w.chat() == ChannelKind::Chat)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let parked = ids
+            .into_iter()
+            .filter_map(|id| self.waiting.remove(&id).map(|w| (id, w)))
+            .collect();
+        self.refuse_parked(parked);
+    }
+
+    fn refuse_parked(&mut self, parked: Vec<(String, Waiter)>) {
         for (id, w) in parked {
             self.refuse(&id, w);
         }
         self.refuse_client_calls(client::Unanswered::Cancelled);
+        // The turn is over: the CLI's late reports of client-completed calls are not shown.
+        self.client_completed.clear();
     }
 
     pub(super) fn refuse(&mut self, id: &str, w: Waiter) {

@@ -186,7 +186,7 @@ impl Task {
         end: Vec<StateAction>,
         outcome: Result<(), ChatSessionError>,
     ) {
-        self.refuse_waiting();
+        self.refuse_turn_waiting();
         self.clear_steering();
         if let Some(p) = &self.prompts {
             p.turn_ended(&self.id);
