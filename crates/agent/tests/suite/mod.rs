@@ -1,3 +1,4 @@
+mod client_tools;
 mod core;
 mod faults;
 mod host;
