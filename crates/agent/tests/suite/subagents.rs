@@ -495,3 +495,38 @@ async fn a_subagents_tool_that_needs_the_user_is_asked_about_in_its_own_chat() {
     );
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncating_away_a_subagents_call_removes_its_chat() {
+    let e = env().await;
+    script_helper(&e);
+    e.fake.push(Rule {
+        when: Match::LastUserContains("first".into()),
+        reply: Reply::text("First."),
+        times: None,
+    });
+    let agent = e.agent(None).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    s.send("first").await.unwrap();
+    s.send("Please ask a helper").await.unwrap();
+    let snap = s.snapshot().await.unwrap();
+    assert_eq!(snap.subagents.len(), 1);
+    let child = snap.subagents[0].resource.clone();
+    let (_, mut sub) = s.subscribe().await.unwrap();
+
+    // Keeping the first turn keeps nothing of the helper.
+    s.truncate(1).await.unwrap();
+    let snap = s.snapshot().await.unwrap();
+    assert!(snap.subagents.is_empty());
+    assert_eq!(snap.session.chats.len(), 1);
+    assert!(snap.chat_state(&child).is_none());
+    let removed = sub.drain().await.into_iter().any(|ev| match ev {
+        SessionEvent::Action(p) => {
+            let a = serde_json::to_value(p.action()).unwrap();
+            a["type"] == "session/chatRemoved" && a["chat"] == child.as_str()
+        }
+        SessionEvent::Resync(_) => false,
+    });
+    assert!(removed);
+    agent.shutdown().await;
+}

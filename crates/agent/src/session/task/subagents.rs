@@ -394,6 +394,34 @@ impl Task {
         uri
     }
 
+    /// Drops the chats of subagents whose call is no longer in the session (after a
+    /// truncation), nested ones with them.
+    pub(super) fn prune_subagents(&mut self) {
+        loop {
+            let holds = |chat: &ChatState, call: &str| {
+                chat.turns.iter().flat_map(|t| &t.response_parts).any(|p| {
+                    matches!(p, ResponsePart::ToolCall(tc) if tool_call_id_of(&tc.tool_call) == call)
+                })
+            };
+            let gone = self.subagents.iter().position(|c| {
+                c.turn.is_none()
+                    && !holds(&self.chat, &c.call)
+                    && !self
+                        .subagents
+                        .iter()
+                        .any(|o| o.call != c.call && holds(&o.chat, &c.call))
+            });
+            let Some(at) = gone else { return };
+            let child = self.subagents.remove(at);
+            tracing::debug!(session = %self.id, call = %child.call, "a subagent chat left with its call");
+            self.session(StateAction::SessionChatRemoved(
+                ahp_types::actions::SessionChatRemovedAction {
+                    chat: child.chat.resource,
+                },
+            ));
+        }
+    }
+
     /// A frame of the subagent `call`: mapped into its chat's turn.
     pub(super) fn on_subagent_frame(&mut self, call: &str, frame: &Typed) {
         let Some(child) = self.subagents.iter_mut().find(|c| c.call == call) else {
@@ -597,5 +625,18 @@ fn replay_part(turn_id: &str, part: ResponsePart) -> Vec<StateAction> {
             ]
         }
         _ => Vec::new(),
+    }
+}
+
+/// The id of a tool call in any state.
+fn tool_call_id_of(tc: &ToolCallState) -> &str {
+    match tc {
+        ToolCallState::Streaming(s) => &s.tool_call_id,
+        ToolCallState::PendingConfirmation(s) => &s.tool_call_id,
+        ToolCallState::Running(s) => &s.tool_call_id,
+        ToolCallState::PendingResultConfirmation(s) => &s.tool_call_id,
+        ToolCallState::Completed(s) => &s.tool_call_id,
+        ToolCallState::Cancelled(s) => &s.tool_call_id,
+        _ => "",
     }
 }
