@@ -335,3 +335,47 @@ impl Task {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(v: serde_json::Value) -> ahp_types::state::ToolCallResult {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_clients_result_reaches_claude_as_text_images_and_coded_errors() {
+        let ok = to_mcp(&result(serde_json::json!({"success": true,
+            "pastTenseMessage": "Ran tests", "content": [
+                {"type": "text", "text": "3 passed"},
+                {"type": "embeddedResource", "data": "iVBORw0KGgo=", "contentType": "image/png"}]})))
+        .unwrap();
+        let v = serde_json::to_value(&ok).unwrap();
+        assert_eq!(v["isError"], false, "{v}");
+        assert_eq!(v["content"][0]["text"], "3 passed");
+        assert_eq!(v["content"][1]["type"], "image");
+        assert_eq!(v["content"][1]["mimeType"], "image/png");
+
+        let failed = to_mcp(&result(serde_json::json!({"success": false,
+            "pastTenseMessage": "Run tests failed",
+            "error": {"message": "tool not found", "code": "toolUnavailable"}})))
+        .unwrap();
+        let v = serde_json::to_value(&failed).unwrap();
+        assert_eq!(v["isError"], true);
+        assert_eq!(v["content"][0]["text"], "toolUnavailable: tool not found");
+    }
+
+    #[test]
+    fn results_claude_cannot_take_are_refused_with_the_reason() {
+        let bad = to_mcp(&result(serde_json::json!({"success": true,
+            "pastTenseMessage": "x", "content": [
+                {"type": "embeddedResource", "data": "not base64!", "contentType": "image/png"}]})));
+        assert!(bad.unwrap_err().contains("not base64"));
+        let other = to_mcp(&result(serde_json::json!({"success": true,
+            "pastTenseMessage": "x", "content": [
+                {"type": "terminal", "resource": "ahp-terminal:/1", "title": "t"}]})));
+        let why = other.unwrap_err();
+        assert!(why.contains("not terminal"), "{why}");
+    }
+}
