@@ -1924,3 +1924,99 @@ async fn vs_code_confirms_a_subagents_tool_call_in_the_subagents_chat() {
         [(call, "Bash".to_owned(), "completed".to_owned())]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_calls_a_windows_tool_in_the_subagents_chat() {
+    let e = env().await;
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT check the tests"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "mcp__client__vscode_runTests",
+            json!({"files": ["a.test.ts"]}),
+        ),
+    ));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("They pass.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper says they pass."),
+    ));
+    let (mut c, model, chat) = session_ready(&e).await;
+    let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
+    let need = c
+        .action("the confirmation in the subagent's chat", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolConfirmation"
+        })
+        .await;
+    let child = need["action"]["request"]["chat"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let call = need["action"]["request"]["id"].as_str().unwrap().to_owned();
+    let child_turn = need["action"]["request"]["turnId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.ok("subscribe", json!({"channel": child})).await;
+    let seq = c
+        .dispatch(
+            &child,
+            json!({"type": "chat/toolCallConfirmed", "turnId": child_turn,
+                "toolCallId": call, "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let run = c
+        .action("the request to run it", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolClientExecution"
+        })
+        .await;
+    assert_eq!(run["action"]["request"]["chat"], child.as_str(), "{run}");
+    assert_eq!(run["action"]["request"]["clientId"], c.client_id.as_str());
+    // Answered on the parent's chat it is refused; on the subagent's it is taken.
+    let seq = c
+        .dispatch(&chat, tool_result(&child_turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another chat"),
+        "{echo}"
+    );
+    let seq = c
+        .dispatch(&child, tool_result(&child_turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let sent: Vec<String> = e
+        .fake
+        .message_requests()
+        .iter()
+        .map(|r| r.json().to_string())
+        .collect();
+    assert!(sent.iter().any(|r| r.contains("3 passed")), "{sent:?}");
+    let state = e.server_chat_state(&child).await;
+    assert_eq!(
+        tool_calls_of(&state["turns"][0]),
+        [(
+            call,
+            "mcp__client__vscode_runTests".to_owned(),
+            "completed".to_owned()
+        )]
+    );
+}

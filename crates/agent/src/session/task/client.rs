@@ -16,6 +16,8 @@ use std::collections::HashSet;
 
 /// A call of a client tool waiting for its client.
 pub(super) struct ClientCall {
+    /// The chat whose tool call it is (the default chat, or a subagent's).
+    chat: ChannelKind,
     client_id: String,
     turn_id: String,
     reply: oneshot::Sender<CallToolResult>,
@@ -183,16 +185,17 @@ impl Task {
             )));
             return;
         };
-        let running = self.running_call(&id);
-        let (Some(turn_id), Some(call)) = (self.turn.as_ref().map(|t| t.id.clone()), running)
-        else {
+        let Some((kind, turn_id, call)) = self.running_call(&id) else {
             tracing::info!(session = %self.id, call = %id, "a client tool call outside a running tool call of the turn");
             let _ = reply.send(error_result(
                 "invocationFailed: the call is not part of the running turn",
             ));
             return;
         };
-        let chat = self.uris.chat.clone();
+        let chat = match &kind {
+            ChannelKind::Subagent(c) => subagent_chat_uri(&self.uris.session, c),
+            _ => self.uris.chat.clone(),
+        };
         self.session(StateAction::SessionInputNeededSet(Box::new(
             ahp_types::actions::SessionInputNeededSetAction {
                 request: ahp_types::state::SessionInputRequest::ToolClientExecution(
@@ -215,6 +218,7 @@ impl Task {
         self.client_calls.insert(
             id,
             ClientCall {
+                chat: kind,
                 client_id,
                 turn_id,
                 reply,
@@ -223,25 +227,36 @@ impl Task {
         );
     }
 
-    /// The running tool call `id` of the turn.
-    fn running_call(&self, id: &str) -> Option<ahp_types::state::ToolCallRunningState> {
-        self.chat
-            .active_turn
-            .as_ref()?
-            .response_parts
-            .iter()
-            .find_map(|p| match p {
+    /// The running tool call `id`: its chat (the default chat's turn, or a subagent's),
+    /// turn and state.
+    fn running_call(
+        &self,
+        id: &str,
+    ) -> Option<(ChannelKind, String, ahp_types::state::ToolCallRunningState)> {
+        let in_turn = |chat: &ChatState| {
+            let turn = chat.active_turn.as_ref()?;
+            turn.response_parts.iter().find_map(|p| match p {
                 ResponsePart::ToolCall(tc) => match &tc.tool_call {
-                    ToolCallState::Running(s) if s.tool_call_id == id => Some(s.clone()),
+                    ToolCallState::Running(s) if s.tool_call_id == id => {
+                        Some((turn.id.clone(), s.clone()))
+                    }
                     _ => None,
                 },
                 _ => None,
             })
+        };
+        if let Some((turn, call)) = in_turn(&self.chat) {
+            return Some((ChannelKind::Chat, turn, call));
+        }
+        self.subagents.iter().find_map(|c| {
+            in_turn(&c.chat).map(|(turn, call)| (ChannelKind::Subagent(c.call.clone()), turn, call))
+        })
     }
 
     /// A client's `chat/toolCallComplete`: the result of a parked call it owns.
     pub(super) fn client_complete(
         &mut self,
+        kind: &ChannelKind,
         a: ChatToolCallCompleteAction,
         origin: &ActionOrigin,
     ) -> Result<(), String> {
@@ -251,6 +266,12 @@ impl Task {
                 a.tool_call_id
             ));
         };
+        if call.chat != *kind {
+            return Err(format!(
+                "tool call {} waits in another chat of this session; answer it there",
+                a.tool_call_id
+            ));
+        }
         if call.client_id != origin.client_id {
             return Err(format!(
                 "tool call {} is run by another client",
@@ -273,7 +294,7 @@ impl Task {
         let id = a.tool_call_id.clone();
         self.client_completed.insert(id.clone());
         self.publish(
-            ChannelKind::Chat,
+            call.chat,
             StateAction::ChatToolCallComplete(a),
             Some(origin.clone()),
         );
@@ -281,11 +302,21 @@ impl Task {
         Ok(())
     }
 
-    /// Answers every parked call with an error (the turn ended, the session closes).
-    pub(super) fn refuse_client_calls(&mut self, why: Unanswered) {
-        let ids: Vec<String> = self.client_calls.keys().cloned().collect();
+    /// Answers parked calls with an error (the turn ended, the session closes); `main_only`:
+    /// those of the default chat's turn (a background subagent's outlive it).
+    pub(super) fn refuse_client_calls(&mut self, why: Unanswered, main_only: bool) {
+        let ids: Vec<String> = self
+            .client_calls
+            .iter()
+            .filter(|(_, c)| !main_only || c.chat == ChannelKind::Chat)
+            .map(|(id, _)| id.clone())
+            .collect();
         for id in ids {
             self.refuse_client_call(&id, why);
+        }
+        // The CLI's late reports of calls its client completed are not shown any more.
+        if self.client_calls.is_empty() {
+            self.client_completed.clear();
         }
     }
 

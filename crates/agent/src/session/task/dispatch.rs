@@ -25,9 +25,10 @@ impl Task {
                 k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
                 StateAction::ChatToolCallConfirmed(a),
             ) => self.client_confirm(&k, a, &origin),
-            (ChannelKind::Chat, StateAction::ChatToolCallComplete(a)) => {
-                self.client_complete(a, &origin)
-            }
+            (
+                k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
+                StateAction::ChatToolCallComplete(a),
+            ) => self.client_complete(&k, a, &origin),
             (
                 k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
                 StateAction::ChatInputCompleted(a),

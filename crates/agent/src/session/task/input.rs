@@ -250,6 +250,7 @@ impl Task {
     pub(super) fn refuse_waiting(&mut self) {
         let parked: Vec<(String, Waiter)> = self.waiting.drain().collect();
         self.refuse_parked(parked);
+        self.refuse_client_calls(client::Unanswered::Cancelled, false);
     }
 
     /// Refuses what the main chat's turn left parked; a background subagent's requests
@@ -266,15 +267,13 @@ impl Task {
             .filter_map(|id| self.waiting.remove(&id).map(|w| (id, w)))
             .collect();
         self.refuse_parked(parked);
+        self.refuse_client_calls(client::Unanswered::Cancelled, true);
     }
 
     fn refuse_parked(&mut self, parked: Vec<(String, Waiter)>) {
         for (id, w) in parked {
             self.refuse(&id, w);
         }
-        self.refuse_client_calls(client::Unanswered::Cancelled);
-        // The turn is over: the CLI's late reports of client-completed calls are not shown.
-        self.client_completed.clear();
     }
 
     pub(super) fn refuse(&mut self, id: &str, w: Waiter) {
