@@ -142,6 +142,10 @@ async fn a_subagent_call_gets_a_child_chat_live_and_again_after_a_restart() {
     );
     let usage = position(&log, |c, a| c == child && a["type"] == "chat/usage");
     assert!(log[usage].1["usage"]["inputTokens"].as_i64().unwrap() > 0);
+    // The CLI's own account of the subagent comes along.
+    let meta = &log[usage].1["usage"]["_meta"];
+    assert!(meta["totalTokens"].as_i64().unwrap() > 0, "{meta}");
+    assert_eq!(meta["toolUses"], 1, "{meta}");
     let content = log[parent_done].1["result"]["content"].as_array().unwrap();
     assert!(
         content

@@ -31,6 +31,9 @@ struct ChildTurn {
     /// Per API message: (input tokens with cache, output tokens, cache reads).
     usage: HashMap<String, (i64, i64, i64)>,
     model: Option<String>,
+    /// What the CLI's task notification says the subagent used (`total_tokens`, `tool_uses`,
+    /// `duration_ms`): the only account of a nested subagent, whose frames are not printed.
+    reported: Option<Value>,
 }
 
 impl ChildTurn {
@@ -78,12 +81,25 @@ impl ChildTurn {
             .usage
             .values()
             .fold((0, 0, 0), |a, u| (a.0 + u.0, a.1 + u.1, a.2 + u.2));
+        let meta = self.reported.as_ref().map(|r| {
+            let mut m = JsonObject::new();
+            for (from, to) in [
+                ("total_tokens", "totalTokens"),
+                ("tool_uses", "toolUses"),
+                ("duration_ms", "durationMs"),
+            ] {
+                if let Some(v) = r.get(from).filter(|v| v.is_number()) {
+                    m.insert(to.into(), v.clone());
+                }
+            }
+            m
+        });
         UsageInfo {
             input_tokens: Some(sum.0),
             output_tokens: Some(sum.1),
             model: self.model.clone(),
             cache_read_tokens: Some(sum.2),
-            meta: None,
+            meta,
         }
     }
 }
@@ -380,6 +396,7 @@ impl Task {
                 reading: false,
                 usage: HashMap::new(),
                 model: None,
+                reported: None,
             }),
         });
         tracing::debug!(session = %self.id, call = %call, "a subagent started");
@@ -451,6 +468,14 @@ impl Task {
             _ => ChildEnd::Complete,
         };
         let call = call.to_owned();
+        if let Some(turn) = self
+            .subagents
+            .iter_mut()
+            .find(|c| c.call == call)
+            .and_then(|c| c.turn.as_mut())
+        {
+            turn.reported = n.extra.get("usage").cloned();
+        }
         // The CLI prints the frames of its own subagents only, not of theirs: a nested
         // subagent's turn is filled in from its transcript as it ends.
         let config = self.config_dir();
