@@ -325,7 +325,7 @@ impl Server {
                     self.windows().await,
                     open.handle.cwd(),
                 );
-                for u in m.replay(&snapshot.chat) {
+                for u in m.replay(&snapshot.chat, &snapshot.subagents) {
                     notify(&cx, &id, u);
                 }
             }
@@ -364,7 +364,7 @@ impl Server {
             handle.cwd(),
         );
         if replay {
-            for u in mapper.replay(&snapshot.chat) {
+            for u in mapper.replay(&snapshot.chat, &snapshot.subagents) {
                 notify(cx, &id, u);
             }
         }
@@ -795,6 +795,8 @@ async fn forward(
     cx: ConnectionTo<Client>,
 ) {
     let id = open.handle.id().to_owned();
+    // Subagent chats by URI, each with a mapper of its own (tool ids are per chat).
+    let mut subagents: HashMap<String, UpdateMapper> = HashMap::new();
     while let Some(event) = sub.recv().await {
         let published = match event {
             SessionEvent::Action(p) => p,
@@ -828,27 +830,27 @@ async fn forward(
             }
             continue;
         }
+        let channel = published.channel();
+        if channel != open.handle.chat_uri() && channel != open.handle.resource() {
+            // A subagent's chat: its tool calls are shown under its call, and what it asks
+            // the user is asked like the main chat's.
+            let parent = crate::updates::subagent_parent(channel).to_owned();
+            let sub = subagents
+                .entry(channel.to_owned())
+                .or_insert_with(|| UpdateMapper::new(None, HashMap::new(), open.handle.cwd()));
+            for update in sub.on_action(action) {
+                if let Some(u) = crate::updates::of_subagent(update, &parent) {
+                    notify(&cx, &id, u);
+                }
+            }
+            ask_user(&open, &id, sub, action, &cx);
+            continue;
+        }
         for update in mapper.on_action(action) {
             notify(&cx, &id, update);
         }
+        ask_user(&open, &id, &mapper, action, &cx);
         match action {
-            StateAction::ChatToolCallReady(r) if r.confirmed.is_none() => {
-                let request = permission_request(&id, &mapper, r);
-                tokio::spawn(ask_permission(
-                    open.handle.clone(),
-                    r.tool_call_id.clone(),
-                    request,
-                    cx.clone(),
-                ));
-            }
-            StateAction::ChatInputRequested(r) => {
-                tokio::spawn(ask_questions(
-                    open.handle.clone(),
-                    id.clone(),
-                    r.request.clone(),
-                    cx.clone(),
-                ));
-            }
             StateAction::ChatTurnComplete(t) => {
                 end_prompt(&open, &t.turn_id, Ok(StopReason::EndTurn));
             }
@@ -868,6 +870,36 @@ async fn forward(
         let _ = p
             .responder
             .respond_with_error(internal("the session ended during the turn"));
+    }
+}
+
+/// Asks the editor what an action waits for: a tool call's confirmation, or a question.
+fn ask_user(
+    open: &Open,
+    session_id: &str,
+    mapper: &UpdateMapper,
+    action: &StateAction,
+    cx: &ConnectionTo<Client>,
+) {
+    match action {
+        StateAction::ChatToolCallReady(r) if r.confirmed.is_none() => {
+            let request = permission_request(session_id, mapper, r);
+            tokio::spawn(ask_permission(
+                open.handle.clone(),
+                r.tool_call_id.clone(),
+                request,
+                cx.clone(),
+            ));
+        }
+        StateAction::ChatInputRequested(r) => {
+            tokio::spawn(ask_questions(
+                open.handle.clone(),
+                session_id.to_owned(),
+                r.request.clone(),
+                cx.clone(),
+            ));
+        }
+        _ => {}
     }
 }
 

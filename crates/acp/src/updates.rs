@@ -311,8 +311,14 @@ impl UpdateMapper {
         }
     }
 
-    /// The updates that show a session's conversation so far, turn by turn.
-    pub(crate) fn replay(&mut self, chat: &ChatState) -> Vec<SessionUpdate> {
+    /// The updates that show a session's conversation so far, turn by turn; each subagent's
+    /// tool calls (from `subagents`, the subagents' chats) right after the call that started
+    /// it, as they came live.
+    pub(crate) fn replay(
+        &mut self,
+        chat: &ChatState,
+        subagents: &[ChatState],
+    ) -> Vec<SessionUpdate> {
         let mut out = Vec::new();
         let finished_turns = chat
             .turns
@@ -330,6 +336,26 @@ impl UpdateMapper {
             }
             for part in parts {
                 out.extend(self.replay_part(part));
+                let ResponsePart::ToolCall(c) = part else {
+                    continue;
+                };
+                let id = match &c.tool_call {
+                    ToolCallState::Completed(s) => &s.tool_call_id,
+                    ToolCallState::Cancelled(s) => &s.tool_call_id,
+                    ToolCallState::Running(s) => &s.tool_call_id,
+                    _ => continue,
+                };
+                for child in subagents
+                    .iter()
+                    .filter(|c| subagent_parent(&c.resource) == id.as_str())
+                {
+                    let mut m = UpdateMapper::new(None, HashMap::new(), self.cwd.clone());
+                    out.extend(
+                        m.replay(child, subagents)
+                            .into_iter()
+                            .filter_map(|u| of_subagent(u, id)),
+                    );
+                }
             }
             if let Some(u) = usage {
                 out.push(self.usage(u));
@@ -410,6 +436,33 @@ fn chunk(kind: PartKind, content: &str) -> Vec<SessionUpdate> {
         PartKind::Text => SessionUpdate::AgentMessageChunk(c),
         PartKind::Thought => SessionUpdate::AgentThoughtChunk(c),
     }]
+}
+
+/// A subagent's update as the editor gets it: only its tool calls, each marked with the
+/// subagent's own tool call (`_meta.claudeCode.parentToolUseId`, as Claude's other ACP
+/// adapter marks them); its text stays in its own chat.
+pub(crate) fn of_subagent(update: SessionUpdate, parent: &str) -> Option<SessionUpdate> {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "claudeCode".into(),
+        serde_json::json!({"parentToolUseId": parent}),
+    );
+    match update {
+        SessionUpdate::ToolCall(mut c) => {
+            c.meta = Some(meta);
+            Some(SessionUpdate::ToolCall(c))
+        }
+        SessionUpdate::ToolCallUpdate(mut u) => {
+            u.meta = Some(meta);
+            Some(SessionUpdate::ToolCallUpdate(u))
+        }
+        _ => None,
+    }
+}
+
+/// The subagent tool call a subagent chat belongs to: the last segment of its URI.
+pub(crate) fn subagent_parent(chat_uri: &str) -> &str {
+    chat_uri.rsplit('/').next().unwrap_or(chat_uri)
 }
 
 /// The result of a tool call as the AHP state holds it, for tests that build one.

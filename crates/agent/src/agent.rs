@@ -110,6 +110,8 @@ pub struct AgentConfig {
     pub replay_buffer: usize,
     /// How long an interrupted turn may take to settle before its CLI is killed.
     pub abort_grace: Duration,
+    /// How long a client tool call waits for its client to come back after it left.
+    pub client_tool_grace: Duration,
     /// How long a session restored from disk stays open with nobody using it.
     pub idle_eviction: Duration,
     /// Tools no session may use (`WebSearch` behind Copilot, which refuses its server tool).
@@ -129,6 +131,7 @@ impl AgentConfig {
             allow_bypass_permissions: false,
             replay_buffer: 4096,
             abort_grace: Duration::from_secs(5),
+            client_tool_grace: Duration::from_secs(30),
             idle_eviction: Duration::from_secs(600),
             disallowed_tools: Vec::new(),
             durable: None,
@@ -168,11 +171,17 @@ pub fn uris_for(session_uri: &str) -> SessionUris {
     }
 }
 
-/// The session id and channel a session or default-chat URI names (or a bare id).
+/// The session id and channel a session, default-chat or subagent-chat URI names (or a
+/// bare id).
 pub fn session_id_of(uri: &str) -> Option<(String, ChannelKind)> {
-    use claude_host_protocol::uri::{session_of_default_chat, session_uri_id};
+    use claude_host_protocol::uri::{
+        session_of_default_chat, session_of_subagent_chat, session_uri_id,
+    };
     if let Some(session) = session_of_default_chat(uri) {
         return session_uri_id(&session).map(|id| (id.to_owned(), ChannelKind::Chat));
+    }
+    if let Some((session, call)) = session_of_subagent_chat(uri) {
+        return session_uri_id(&session).map(|id| (id.to_owned(), ChannelKind::Subagent(call)));
     }
     if let Some(id) = session_uri_id(uri) {
         return Some((id.to_owned(), ChannelKind::Session));
@@ -441,6 +450,7 @@ impl Agent {
             allow_bypass: self.config.allow_bypass_permissions,
             title,
             turns,
+            subagents: Vec::new(),
             resumable,
             created_at,
             store: self.store.clone(),
@@ -448,6 +458,7 @@ impl Agent {
             seq: self.seq.clone(),
             replay_capacity: self.config.replay_buffer,
             abort_grace: self.config.abort_grace,
+            client_grace: self.config.client_tool_grace,
             idle_eviction,
             notices: self.notices.clone(),
             live_tasks: self.live_tasks.clone(),
@@ -712,9 +723,18 @@ impl Agent {
     /// Which session and channel a URI names: a live session's URI, or one of this host's
     /// URI forms (for sessions that can be restored).
     pub fn resolve(&self, uri: &str) -> Option<(String, ChannelKind)> {
-        if let Some(found) = lock(&self.registry).by_uri.get(uri) {
+        use claude_host_protocol::uri::session_of_subagent_chat;
+        let reg = lock(&self.registry);
+        if let Some(found) = reg.by_uri.get(uri) {
             return Some(found.clone());
         }
+        // A subagent's chat is named after its session's URI, which a client may have chosen.
+        if let Some((session, call)) = session_of_subagent_chat(uri)
+            && let Some((id, ChannelKind::Session)) = reg.by_uri.get(&session)
+        {
+            return Some((id.clone(), ChannelKind::Subagent(call)));
+        }
+        drop(reg);
         session_id_of(uri)
     }
 
@@ -774,8 +794,14 @@ impl Agent {
             _ => None,
         };
         let read_id = id.to_owned();
-        let transcript = tokio::task::spawn_blocking(move || {
-            claude_host_sdk::transcripts::read_session(&config, &read_id)
+        let (transcript, subagents) = tokio::task::spawn_blocking(move || {
+            let main = claude_host_sdk::transcripts::read_session(&config, &read_id)?;
+            let paths = claude_host_sdk::transcripts::subagent_transcripts(&config, &read_id)
+                .unwrap_or_default();
+            Ok::<_, claude_host_sdk::transcripts::TranscriptError>((
+                main,
+                crate::restore::subagents_from_transcripts(&paths),
+            ))
         })
         .await
         .map_err(|e| AgentError::Unsupported(format!("reading the transcript failed: {e}")))?
@@ -806,7 +832,7 @@ impl Agent {
             .as_ref()
             .and_then(|r| r.permission_mode.clone())
             .filter(|m| m != "bypassPermissions" || self.config.allow_bypass_permissions);
-        let spec = self.spec(
+        let mut spec = self.spec(
             id.to_owned(),
             // The name its client chose, kept in the overlay; else the host's own.
             record
@@ -823,6 +849,7 @@ impl Agent {
             overlay,
             Some(self.config.idle_eviction),
         );
+        spec.subagents = subagents;
         let mut reg = lock(&self.registry);
         // A concurrent open may have won; keep one.
         if let Some(existing) = reg.by_id.get(id) {

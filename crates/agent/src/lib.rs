@@ -19,6 +19,7 @@ pub mod outbox;
 pub mod questions;
 pub mod restore;
 mod session;
+mod subagent;
 
 pub use agent::{
     AHP_SESSION_PREFIX, Agent, AgentConfig, AgentError, CLAUDE_SESSION_PREFIX, Durable, NewSession,

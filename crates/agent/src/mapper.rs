@@ -40,6 +40,8 @@ pub struct TurnMapper {
     context_tokens: Option<i64>,
     /// The streamed response's usage so far (`message_start`, then each `message_delta`).
     streaming_usage: Option<claude_host_protocol::frames::ResultUsage>,
+    /// The subagent call whose frames this maps (`None`: the main conversation's).
+    parent: Option<String>,
     finished: bool,
 }
 
@@ -57,7 +59,17 @@ impl TurnMapper {
             answered_by: None,
             context_tokens: None,
             streaming_usage: None,
+            parent: None,
             finished: false,
+        }
+    }
+
+    /// A mapper for the one turn of the subagent that the tool call `call` started: it maps
+    /// the frames that carry `call` as their `parent_tool_use_id`; the turn's id is `call`.
+    pub fn for_subagent(call: &str) -> TurnMapper {
+        TurnMapper {
+            parent: Some(call.to_owned()),
+            ..TurnMapper::new(call)
         }
     }
 
@@ -113,8 +125,8 @@ impl TurnMapper {
     }
 
     fn stream_event(&mut self, f: &StreamEventFrame) -> Vec<StateAction> {
-        // Subagent streams are not part of the main response.
-        if f.parent_tool_use_id().is_some() {
+        // Another conversation's stream (a subagent's, or the main one's).
+        if f.parent_tool_use_id() != self.parent.as_deref() {
             return Vec::new();
         }
         let t = self.turn_id.clone();
@@ -214,7 +226,7 @@ impl TurnMapper {
     }
 
     fn assistant(&mut self, f: &AssistantFrame) -> Vec<StateAction> {
-        if f.parent_tool_use_id().is_some() {
+        if f.parent_tool_use_id() != self.parent.as_deref() {
             return Vec::new();
         }
         if let Some(model) = f.message.extra.get("model").and_then(Value::as_str)
@@ -279,6 +291,9 @@ impl TurnMapper {
     }
 
     fn user(&mut self, f: &UserFrame) -> Vec<StateAction> {
+        if f.parent_tool_use_id() != self.parent.as_deref() {
+            return Vec::new();
+        }
         let t = self.turn_id.clone();
         f.tool_results()
             .filter_map(|b| {
@@ -476,5 +491,35 @@ mod tests {
             r#"{"type":"assistant","parent_tool_use_id":"toolu_p","message":{"id":"m1","content":[{"type":"text","text":"inner"}]}}"#,
         ));
         assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_subagent_mapper_takes_only_its_own_frames() {
+        let mut m = TurnMapper::for_subagent("toolu_p");
+        assert_eq!(m.turn_id(), "toolu_p");
+        let main = m.map(&typed(
+            r#"{"type":"assistant","message":{"id":"m0","content":[{"type":"text","text":"main"}]}}"#,
+        ));
+        assert!(main.is_empty(), "{main:?}");
+        let other = m.map(&typed(
+            r#"{"type":"assistant","parent_tool_use_id":"toolu_q","message":{"id":"m1","content":[{"type":"text","text":"other"}]}}"#,
+        ));
+        assert!(other.is_empty(), "{other:?}");
+        let own: Vec<&str> = m
+            .map(&typed(
+                r#"{"type":"assistant","parent_tool_use_id":"toolu_p","message":{"id":"m2","content":[{"type":"tool_use","id":"tu1","name":"Glob","input":{"pattern":"*"}}]}}"#,
+            ))
+            .iter()
+            .map(actions::kind)
+            .collect();
+        assert_eq!(own, ["chat/toolCallStart", "chat/toolCallReady"]);
+        let done: Vec<&str> = m
+            .map(&typed(
+                r#"{"type":"user","parent_tool_use_id":"toolu_p","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"tu1","content":"a.txt"}]}}"#,
+            ))
+            .iter()
+            .map(actions::kind)
+            .collect();
+        assert_eq!(done, ["chat/toolCallComplete"]);
     }
 }

@@ -29,17 +29,78 @@ fn content(entry: &Map<String, Value>) -> Option<UserContent> {
 /// human prompt; assistant text, thinking and tool calls, and the tool results that answer
 /// them, make its response parts.
 pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
+    turns_of(t.main_chain(), false)
+}
+
+/// The subagents of a session from their transcripts (`agent-<id>.jsonl`, each with the
+/// `agent-<id>.meta.json` that names the tool call that started it). Transcripts without
+/// that call are skipped.
+pub(crate) fn subagents_from_transcripts(
+    paths: &[std::path::PathBuf],
+) -> Vec<crate::subagent::RestoredSubagent> {
+    let mut out = Vec::new();
+    for path in paths {
+        let meta_path = path.with_extension("meta.json");
+        let call = std::fs::read(&meta_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|m| {
+                m.get("toolUseId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        let Some(call) = call else {
+            tracing::debug!(path = %path.display(), "a subagent transcript without its tool call; skipped");
+            continue;
+        };
+        let t = match claude_host_sdk::transcripts::read_file(path) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot read a subagent transcript");
+                continue;
+            }
+        };
+        let mut turns = subagent_turns(&t);
+        // Its first run is the turn the live chat had: named after the call, as it was.
+        for (i, turn) in turns.iter_mut().enumerate() {
+            turn.id = if i == 0 {
+                call.clone()
+            } else {
+                format!("{call}#{i}")
+            };
+        }
+        out.push(crate::subagent::RestoredSubagent { call, turns });
+    }
+    out
+}
+
+/// A subagent transcript's turns: every entry is on its side chain, in file order.
+fn subagent_turns(t: &Transcript) -> Vec<Turn> {
+    let entries = t
+        .entries
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.get("type").and_then(Value::as_str),
+                Some("user" | "assistant")
+            )
+        })
+        .collect();
+    turns_of(entries, true)
+}
+
+fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
     let mut turns: Vec<Turn> = Vec::new();
     // Tool call id → (turn index, part index), filled in when its result is seen.
     let mut calls: HashMap<String, (usize, usize)> = HashMap::new();
     // The turn's API responses by message id (a response is written once per content block).
     let mut responses: Vec<(String, Map<String, Value>)> = Vec::new();
-    for e in t.main_chain() {
+    for e in entries {
         let ty = e.get("type").and_then(Value::as_str).unwrap_or("");
         let uuid = e.get("uuid").and_then(Value::as_str).unwrap_or("");
         let Some(c) = content(e) else { continue };
         match ty {
-            "user" if is_prompt(e, &c) => {
+            "user" if is_prompt_in(e, &c, sidechain) => {
                 set_usage(turns.last_mut(), &mut responses);
                 turns.push(Turn {
                     id: format!("restored-{uuid}"),
@@ -48,7 +109,15 @@ pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
                         .and_then(Value::as_str)
                         .map(str::to_owned),
                     duration: None,
-                    message: actions::message(&prompt_text(&c), MessageKind::User),
+                    // A subagent's prompt is its tool call's, as in the live chat.
+                    message: actions::message(
+                        &prompt_text(&c),
+                        if sidechain {
+                            MessageKind::Tool
+                        } else {
+                            MessageKind::User
+                        },
+                    ),
                     response_parts: Vec::new(),
                     usage: None,
                     state: TurnState::Complete,
@@ -204,8 +273,14 @@ pub(crate) fn is_prompt_entry(e: &Map<String, Value>) -> bool {
 }
 
 fn is_prompt(e: &Map<String, Value>, content: &UserContent) -> bool {
+    is_prompt_in(e, content, false)
+}
+
+/// Whether an entry is a prompt; `sidechain`: of a subagent's own transcript, where every
+/// entry is on the side chain.
+fn is_prompt_in(e: &Map<String, Value>, content: &UserContent, sidechain: bool) -> bool {
     if e.get("isMeta") == Some(&Value::Bool(true))
-        || e.get("isSidechain") == Some(&Value::Bool(true))
+        || (!sidechain && e.get("isSidechain") == Some(&Value::Bool(true)))
     {
         return false;
     }

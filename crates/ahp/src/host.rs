@@ -230,9 +230,12 @@ impl Host {
             }
             other => agent_error(other),
         })?;
-        let own = match kind {
-            ChannelKind::Session => handle.resource(),
-            ChannelKind::Chat => handle.chat_uri(),
+        let own = match &kind {
+            ChannelKind::Session => handle.resource().to_owned(),
+            ChannelKind::Chat => handle.chat_uri().to_owned(),
+            ChannelKind::Subagent(call) => {
+                claude_host_protocol::uri::subagent_chat_uri(handle.resource(), call)
+            }
         };
         if own != uri {
             // The session is live under other URIs (a client chose them).
@@ -244,16 +247,27 @@ impl Host {
         Ok(Target::Session(handle, kind))
     }
 
-    /// A session channel's snapshot out of the session's.
-    pub(crate) fn snapshot_of(uri: &str, kind: ChannelKind, s: SessionSnapshot) -> Snapshot {
-        Snapshot {
+    /// A session channel's snapshot out of the session's; `None` for a subagent chat the
+    /// session does not have.
+    pub(crate) fn snapshot_of(
+        uri: &str,
+        kind: &ChannelKind,
+        s: SessionSnapshot,
+    ) -> Option<Snapshot> {
+        let from_seq = i64::try_from(s.seq).unwrap_or(i64::MAX);
+        let state = match kind {
+            ChannelKind::Session => SnapshotState::Session(Box::new(s.session)),
+            ChannelKind::Chat => SnapshotState::Chat(Box::new(s.chat)),
+            ChannelKind::Subagent(_) => {
+                let chat = s.subagents.into_iter().find(|c| c.resource == uri)?;
+                SnapshotState::Chat(Box::new(chat))
+            }
+        };
+        Some(Snapshot {
             resource: uri.to_owned(),
-            state: match kind {
-                ChannelKind::Session => SnapshotState::Session(Box::new(s.session)),
-                ChannelKind::Chat => SnapshotState::Chat(Box::new(s.chat)),
-            },
-            from_seq: i64::try_from(s.seq).unwrap_or(i64::MAX),
-        }
+            state,
+            from_seq,
+        })
     }
 
     /// The root channel's snapshot and its live stream right after it.
@@ -273,7 +287,7 @@ impl Host {
             Target::Root => Some(SnapshotState::Root(Box::new(self.root.state()))),
             Target::Session(handle, kind) => {
                 let s = handle.snapshot().await.ok()?;
-                Some(Self::snapshot_of(uri, kind, s).state)
+                Some(Self::snapshot_of(uri, &kind, s)?.state)
             }
         }
     }

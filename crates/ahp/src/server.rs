@@ -804,8 +804,14 @@ async fn open_channels(host: &Host, uris: &[String]) -> (Vec<Snapshot>, Vec<Stri
                     },
                 };
                 let state = states[at].clone();
-                opening.sessions[at].2.insert(uri.clone(), state.seq);
-                snapshots.push(Host::snapshot_of(uri, kind, state));
+                let seq = state.seq;
+                match Host::snapshot_of(uri, &kind, state) {
+                    Some(snapshot) => {
+                        opening.sessions[at].2.insert(uri.clone(), seq);
+                        snapshots.push(snapshot);
+                    }
+                    None => missing.push(uri.clone()),
+                }
             }
             Err(_) => missing.push(uri.clone()),
         }

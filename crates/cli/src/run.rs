@@ -3,13 +3,13 @@
 use crate::setup::Context;
 use ahp_types::actions::StateAction;
 use ahp_types::common::StringOrMarkdown;
-use ahp_types::state::{ChatState, ResponsePart, ToolCallState, ToolResultContent};
+use ahp_types::state::{ChatOrigin, ChatState, ResponsePart, ToolCallState, ToolResultContent};
 use anyhow::Context as _;
 use claude_host_agent::{
     Confirmation, NewSession, SessionEvent, SessionHandle, SessionSubscription,
 };
 use serde_json::json;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -232,6 +232,9 @@ async fn print_actions(mut sub: SessionSubscription, json: bool) {
     // Written asynchronously: a reader that stops stalls only this printer (which then catches
     // up or resynchronises), never the single-threaded runtime the session itself runs on.
     let mut out = tokio::io::stdout();
+    // Subagent chats (URI → how deep), from the session's `chatAdded`s: their activity is
+    // shown indented under the call that started them.
+    let mut subagents: HashMap<String, usize> = HashMap::new();
     while let Some(event) = sub.recv().await {
         let text = match event {
             SessionEvent::Resync(snapshot) => {
@@ -246,13 +249,29 @@ async fn print_actions(mut sub: SessionSubscription, json: bool) {
                     None
                 }
             }
-            // The chat's actions: the conversation (session-level changes are not output).
-            SessionEvent::Action(p)
-                if p.is_rejection() || p.channel() != sub.handle().chat_uri() =>
-            {
+            SessionEvent::Action(p) if p.is_rejection() => None,
+            SessionEvent::Action(p) if p.channel() == sub.handle().resource() => {
+                if let StateAction::SessionChatAdded(a) = p.action()
+                    && let Some(ChatOrigin::Tool { chat, .. }) = &a.summary.origin
+                {
+                    let depth = subagents.get(chat).copied().unwrap_or(0) + 1;
+                    subagents.insert(a.summary.resource.clone(), depth);
+                }
                 None
             }
-            SessionEvent::Action(p) => render(p.action(), json),
+            // The chat's actions: the conversation (session-level changes are not output).
+            SessionEvent::Action(p) if p.channel() == sub.handle().chat_uri() => {
+                render(p.action(), json)
+            }
+            // A subagent's: its tool calls and what it says, indented (plain text only: the
+            // JSON lines are the main chat's actions).
+            SessionEvent::Action(p) => match subagents.get(p.channel()) {
+                Some(depth) if !json => match p.action() {
+                    StateAction::ChatTurnComplete(_) | StateAction::ChatTurnCancelled(_) => None,
+                    a => render(a, false).map(|t| indent(&t, *depth)),
+                },
+                _ => None,
+            },
         };
         let Some(text) = text else { continue };
         let written = async {
@@ -265,6 +284,21 @@ async fn print_actions(mut sub: SessionSubscription, json: bool) {
             break;
         }
     }
+}
+
+/// `text` with every line that has something on it indented `depth` steps.
+fn indent(text: &str, depth: usize) -> String {
+    let pad = "    ".repeat(depth);
+    text.split('\n')
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("{pad}{l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// What `run` prints for one chat action: a JSON line, or the plain text it adds.

@@ -126,6 +126,33 @@ pub fn session_of_default_chat(chat_uri: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
+/// The prefix of subagent chat URIs: `ahp-chat://subagent/<base64url(session URI)>/<toolCallId>`.
+pub const SUBAGENT_CHAT_PREFIX: &str = "ahp-chat://subagent/";
+
+/// The chat of the subagent a tool call of a session started, in the form VS Code computes
+/// when a tool call names no chat of its own.
+pub fn subagent_chat_uri(session_uri: &str, tool_call_id: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "{SUBAGENT_CHAT_PREFIX}{}/{tool_call_id}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(session_uri)
+    )
+}
+
+/// The session URI and the tool call id inside a subagent chat URI.
+pub fn session_of_subagent_chat(chat_uri: &str) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let rest = chat_uri.strip_prefix(SUBAGENT_CHAT_PREFIX)?;
+    let (encoded, tool_call_id) = rest.split_once('/')?;
+    if tool_call_id.is_empty() || tool_call_id.contains('/') {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded)
+        .ok()?;
+    Some((String::from_utf8(bytes).ok()?, tool_call_id.to_owned()))
+}
+
 /// The session id in a session URI of either form clients choose (`claude:/<id>`,
 /// `ahp-session:/<id>`).
 pub fn session_uri_id(session_uri: &str) -> Option<&str> {
@@ -154,6 +181,24 @@ mod tests {
         );
         assert_eq!(session_of_default_chat("ahp-chat://default/%%%"), None);
         assert_eq!(session_of_default_chat("ahp-chat:/x"), None);
+    }
+
+    #[test]
+    fn subagent_chat_uris_decode_back_to_their_session_and_call() {
+        let session = "claude:/0b9e5c1e-3d0b-4a77-a0a5-0c8e2d8f1a22";
+        let chat = subagent_chat_uri(session, "toolu_01");
+        assert_eq!(
+            chat,
+            "ahp-chat://subagent/Y2xhdWRlOi8wYjllNWMxZS0zZDBiLTRhNzctYTBhNS0wYzhlMmQ4ZjFhMjI/toolu_01"
+        );
+        assert_eq!(
+            session_of_subagent_chat(&chat),
+            Some((session.to_owned(), "toolu_01".to_owned()))
+        );
+        assert_eq!(session_of_subagent_chat("ahp-chat://subagent/Y2xh"), None);
+        assert_eq!(session_of_subagent_chat("ahp-chat://subagent/Y2xh/"), None);
+        assert_eq!(session_of_subagent_chat("ahp-chat://subagent/%%/t"), None);
+        assert_eq!(session_of_subagent_chat(&default_chat_uri(session)), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! published actions ([`SessionSubscription`]).
 
 mod bridge;
+mod client_tools;
 mod task;
 
 pub(crate) use task::{Overlay, SessionDurable, SessionSpec, spawn};
@@ -77,12 +78,14 @@ pub struct SessionUris {
 }
 
 /// Which of a session's channels an action was dispatched on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelKind {
     /// The session channel.
     Session,
     /// The default chat.
     Chat,
+    /// The chat of the subagent this tool call (its id) started.
+    Subagent(String),
 }
 
 /// What a session is doing, published by its task whenever it changes (cheap to read; the
@@ -113,6 +116,8 @@ pub struct SessionStatus {
     pub working_directories: Vec<PathBuf>,
     /// Tool calls the running turn tracks as asked about (zero between turns).
     pub tracked_tool_calls: usize,
+    /// Calls of client tools waiting for their client's result.
+    pub client_calls: Vec<String>,
     /// The session is closed (or closing).
     pub closed: bool,
 }
@@ -124,8 +129,20 @@ pub struct SessionSnapshot {
     pub session: SessionState,
     /// The default chat's state.
     pub chat: ChatState,
+    /// The subagents' chats, in the order they started.
+    pub subagents: Vec<ChatState>,
     /// The `serverSeq` it is at: every later action of the session has a higher one.
     pub seq: u64,
+}
+
+impl SessionSnapshot {
+    /// The state of one of the session's chats by URI (the default chat or a subagent's).
+    pub fn chat_state(&self, uri: &str) -> Option<&ChatState> {
+        if self.chat.resource == uri {
+            return Some(&self.chat);
+        }
+        self.subagents.iter().find(|c| c.resource == uri)
+    }
 }
 
 /// What a subscriber receives.
@@ -619,6 +636,8 @@ pub struct StandaloneSession {
     pub allow_bypass: bool,
     /// How long an interrupted turn may take to settle before the CLI is killed.
     pub abort_grace: Duration,
+    /// How long a client tool call waits for its client to come back after it left.
+    pub client_tool_grace: Duration,
     /// Actions kept for replay.
     pub replay_capacity: usize,
     /// Told of every human message the session hands its CLI.
@@ -634,6 +653,7 @@ impl StandaloneSession {
             models: Vec::new(),
             allow_bypass: false,
             abort_grace: Duration::from_secs(5),
+            client_tool_grace: Duration::from_secs(30),
             replay_capacity: 4096,
             prompts: None,
         }
@@ -655,6 +675,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         allow_bypass: s.allow_bypass,
         title: String::new(),
         turns: Vec::new(),
+        subagents: Vec::new(),
         resumable: false,
         created_at: claude_host_protocol::time::now_millis(),
         store: None,
@@ -662,6 +683,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         seq: crate::outbox::Sequence::default(),
         replay_capacity: s.replay_capacity,
         abort_grace: s.abort_grace,
+        client_grace: s.client_tool_grace,
         idle_eviction: None,
         notices,
         live_tasks: Arc::new(std::sync::atomic::AtomicUsize::new(0)),

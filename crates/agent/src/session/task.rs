@@ -6,10 +6,12 @@
 //! reports back as an [`Internal`] message, so a subscribe or a dispatch is never stuck behind it.
 
 mod cli;
+mod client;
 mod disk;
 mod dispatch;
 mod input;
 mod settings;
+mod subagents;
 mod turns;
 
 use super::bridge::Bridge;
@@ -40,7 +42,7 @@ use ahp_types::state::{
 use claude_host_protocol::frames::{CanUseTool, CommandState, ResultFrame, RunState};
 use claude_host_protocol::stream_json::{Frame, FrameKind, Typed};
 use claude_host_protocol::time::{now_millis, now_rfc3339, rfc3339_from_millis};
-use claude_host_protocol::uri::file_uri;
+use claude_host_protocol::uri::{file_uri, subagent_chat_uri};
 use claude_host_sdk::{ClaudeSession, PermissionResult, SessionError, SessionOptions};
 use claude_host_store::{SessionRecord, Store};
 use serde_json::{Value, json};
@@ -179,6 +181,19 @@ pub(crate) enum Internal {
     },
     /// Move a waiting turn or the queue forward (from a handler that cannot await).
     Pump,
+    /// Claude Code calls a client's tool (through the in-process MCP server).
+    ClientTool {
+        generation: u64,
+        tool_use_id: String,
+        name: String,
+        reply: oneshot::Sender<rmcp::model::CallToolResult>,
+    },
+    /// A nested subagent ended; what its transcript holds (the CLI prints none of it).
+    SubagentRead {
+        call: String,
+        end: subagents::ChildEnd,
+        turns: Vec<Turn>,
+    },
 }
 
 /// The host's overlay record of a session, as the task knows it.
@@ -204,6 +219,8 @@ pub(crate) struct SessionSpec {
     pub allow_bypass: bool,
     pub title: String,
     pub turns: Vec<Turn>,
+    /// The chats of its subagents, as their transcripts left them.
+    pub subagents: Vec<crate::subagent::RestoredSubagent>,
     /// A transcript exists under `id`: the first CLI resumes it.
     pub resumable: bool,
     pub created_at: i64,
@@ -212,6 +229,8 @@ pub(crate) struct SessionSpec {
     pub seq: Sequence,
     pub replay_capacity: usize,
     pub abort_grace: Duration,
+    /// How long a client tool call waits for its client to come back after it left.
+    pub client_grace: Duration,
     /// Close the session after this long unused (restored sessions).
     pub idle_eviction: Option<Duration>,
     pub notices: broadcast::Sender<SessionNotice>,
@@ -289,6 +308,8 @@ struct Steering {
 
 enum Waiter {
     Tool {
+        /// The chat whose tool call it is (the default chat, or a subagent's).
+        chat: ChannelKind,
         turn_id: String,
         reply: oneshot::Sender<PermissionResult>,
         input: Value,
@@ -297,9 +318,18 @@ enum Waiter {
         always: Value,
     },
     Question {
+        chat: ChannelKind,
         reply: oneshot::Sender<PermissionResult>,
         input: Value,
     },
+}
+
+impl Waiter {
+    fn chat(&self) -> &ChannelKind {
+        match self {
+            Waiter::Tool { chat, .. } | Waiter::Question { chat, .. } => chat,
+        }
+    }
 }
 
 /// A settings change waiting for, or being applied to, the live CLI.
@@ -365,7 +395,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
             flags |= status::IS_ARCHIVED;
         }
     }
-    let session = SessionState {
+    let mut session = SessionState {
         provider: "claude".into(),
         title: spec.title.clone(),
         status: flags,
@@ -402,6 +432,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         input_needed: None,
         meta: None,
     };
+    let subagents = subagents::restore(&spec.uris.session, &mut chat, &mut session, spec.subagents);
     let initial = SessionStatus {
         model: settings.model.clone(),
         effort: settings.effort.clone(),
@@ -478,6 +509,11 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         close_waiters: Vec::new(),
         slash_commands: Vec::new(),
         ended,
+        subagents,
+        client_calls: HashMap::new(),
+        client_completed: std::collections::HashSet::new(),
+        cli_tools: Vec::new(),
+        client_grace: spec.client_grace,
     };
     tokio::spawn(task.run());
     handle
@@ -625,6 +661,16 @@ struct Task {
     slash_commands: Vec<SlashCommand>,
     /// Where it leaves its last state and replay ring when it ends.
     ended: Arc<std::sync::OnceLock<Ended>>,
+    /// The chats of the subagents its tool calls started (restored ones included), in the
+    /// order they started.
+    subagents: Vec<subagents::Subagent>,
+    /// Client tool calls waiting for their client, by tool call id.
+    client_calls: HashMap<String, client::ClientCall>,
+    /// Client tool calls a client completed: the CLI's own report of them adds nothing.
+    client_completed: std::collections::HashSet<String>,
+    /// The clients' tools the live CLI offers.
+    cli_tools: Vec<ahp_types::state::ToolDefinition>,
+    client_grace: Duration,
 }
 
 impl Task {
@@ -662,17 +708,29 @@ impl Task {
     // ─── Publishing: reduce, then publish ─────────────────────────────────────
 
     fn publish(&mut self, kind: ChannelKind, action: StateAction, origin: Option<ActionOrigin>) {
-        let outcome = match kind {
-            ChannelKind::Session => apply_action_to_session(&mut self.session, &action),
-            ChannelKind::Chat => apply_action_to_chat(&mut self.chat, &action),
+        let (outcome, channel) = match &kind {
+            ChannelKind::Session => (
+                apply_action_to_session(&mut self.session, &action),
+                self.uris.session.clone(),
+            ),
+            ChannelKind::Chat => (
+                apply_action_to_chat(&mut self.chat, &action),
+                self.uris.chat.clone(),
+            ),
+            ChannelKind::Subagent(call) => {
+                let Some(child) = self.subagents.iter_mut().find(|c| c.call == *call) else {
+                    tracing::warn!(session = %self.id, call = %call, action = actions::kind(&action), "an action for a subagent chat that does not exist; dropped");
+                    return;
+                };
+                (
+                    apply_action_to_chat(&mut child.chat, &action),
+                    child.chat.resource.clone(),
+                )
+            }
         };
         if !matches!(outcome, ReduceOutcome::Applied) {
             tracing::debug!(session = %self.id, action = actions::kind(&action), ?outcome, "action did not change the state");
         }
-        let channel = match kind {
-            ChannelKind::Session => self.uris.session.clone(),
-            ChannelKind::Chat => self.uris.chat.clone(),
-        };
         self.outbox.publish(&channel, action, origin, None);
     }
 
@@ -702,6 +760,7 @@ impl Task {
         let channel = match kind {
             ChannelKind::Session => self.uris.session.clone(),
             ChannelKind::Chat => self.uris.chat.clone(),
+            ChannelKind::Subagent(call) => subagent_chat_uri(&self.uris.session, &call),
         };
         self.outbox
             .publish(&channel, action, Some(origin), Some(why));
@@ -749,6 +808,11 @@ impl Task {
             title: self.session.title.clone(),
             working_directories: self.working_directories.clone(),
             tracked_tool_calls: turn.map_or(0, |t| t.mapper.tracked()),
+            client_calls: {
+                let mut ids: Vec<String> = self.client_calls.keys().cloned().collect();
+                ids.sort();
+                ids
+            },
             closed: self.closing,
         };
         self.status.send_if_modified(|s| {
@@ -769,6 +833,7 @@ impl Task {
                 self.deliver(reply, out);
             }
             Command::ActiveClient(Ok(client)) => {
+                self.client_back(&client.client_id);
                 self.session(StateAction::SessionActiveClientSet(
                     SessionActiveClientSetAction {
                         active_client: client,
@@ -776,6 +841,7 @@ impl Task {
                 ));
             }
             Command::ActiveClient(Err(client_id)) => {
+                self.client_left(&client_id);
                 if self
                     .session
                     .active_clients
@@ -881,6 +947,7 @@ impl Task {
         SessionSnapshot {
             session: self.session.clone(),
             chat: self.chat.clone(),
+            subagents: self.subagents.iter().map(|c| c.chat.clone()).collect(),
             seq: self.outbox.seq(),
         }
     }
@@ -908,6 +975,7 @@ impl Task {
         self.turn.is_none()
             && matches!(self.cli, Cli::None)
             && self.waiting.is_empty()
+            && self.client_calls.is_empty()
             && self.queue.is_empty()
             && self.applying.is_none()
     }
@@ -933,14 +1001,15 @@ impl Task {
                 None
             }
         };
-        match (settle, evict) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [settle, evict, self.client_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn on_deadline(&mut self) {
         let now = Instant::now();
+        self.client_deadlines_passed(now);
         if let Some(s) = self.settling.as_mut()
             && !s.killed
             && now >= s.deadline
@@ -966,6 +1035,7 @@ impl Task {
         if self.turn.is_some() {
             self.cancel_turn(None, None);
         }
+        self.end_all_subagents(|| subagents::ChildEnd::Cancelled);
         self.refuse_waiting();
         for q in std::mem::take(&mut self.queue) {
             if let Some(done) = q.done {

@@ -1,7 +1,9 @@
+mod client_tools;
 mod core;
 mod faults;
 mod host;
 mod interactive;
+mod subagents;
 mod turns;
 
 use ahp_types::actions::StateAction;

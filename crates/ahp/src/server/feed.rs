@@ -179,9 +179,20 @@ async fn subscribe(
     };
     match snapshot {
         Ok(s) => {
-            from.insert(uri.clone(), s.seq);
-            let snapshot = Host::snapshot_of(&uri, kind, s);
-            conn.respond(id, Ok(json!({ "snapshot": snapshot })));
+            let seq = s.seq;
+            match Host::snapshot_of(&uri, &kind, s) {
+                Some(snapshot) => {
+                    from.insert(uri.clone(), seq);
+                    conn.respond(id, Ok(json!({ "snapshot": snapshot })));
+                }
+                None => conn.respond(
+                    id,
+                    Err(RpcError::new(
+                        code::SESSION_NOT_FOUND,
+                        format!("no chat {uri} in this session"),
+                    )),
+                ),
+            }
         }
         Err(e) => conn.respond(
             id,

@@ -771,8 +771,13 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
         })
         .await;
     let promoted_turn = promoted["action"]["turnId"].as_str().unwrap().to_owned();
+    // On this chat: the first session's own turn of the steering message may have the same
+    // host-made id (`turn-<n>` counts per session).
+    let ended = turn_ended(&promoted_turn);
     let end = c
-        .action("the promoted turn's end", turn_ended(&promoted_turn))
+        .action("the promoted turn's end", |a| {
+            a["channel"] == chat.as_str() && ended(a)
+        })
         .await;
     assert_eq!(end["action"]["type"], "chat/turnComplete");
     let snap = c.ok("subscribe", json!({"channel": chat})).await;
@@ -1268,4 +1273,755 @@ async fn oversized_titles_and_drafts_are_refused_and_change_nothing() {
         )
         .await;
     assert!(c.echo(seq).await.get("rejectionReason").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_follows_a_subagent_in_its_own_chat_live_and_after_a_host_restart() {
+    use claude_host_testkit::fake::Block;
+    let mut e = env_with_store().await;
+    std::fs::write(e.work().join("a.txt"), "hello").unwrap();
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT list the files"),
+    ));
+    // The subagent's first answer waits, so the window subscribes before its tool call.
+    let (held, gate) = Reply::gated_blocks(
+        vec![Block::ToolUse {
+            name: "Bash".into(),
+            input: json!({"command": "ls", "description": "List files"}),
+        }],
+        1,
+    );
+    e.fake
+        .push(once(Match::LastUserContains("SUBPROMPT".into()), held));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Found a.txt.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper found a.txt."),
+    ));
+    let client_id = uuid::Uuid::new_v4().to_string();
+    let (mut c, _) = vs_code(&e, &client_id).await;
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
+
+    let ready = c
+        .action("the Agent call's card", |a| {
+            a["channel"] == chat.as_str()
+                && a["action"]["type"] == "chat/toolCallReady"
+                && a["action"]["_meta"]["toolKind"] == "subagent"
+        })
+        .await;
+    let call = ready["action"]["toolCallId"].as_str().unwrap().to_owned();
+    let child = ready["action"]["_meta"]["subagentChatUri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        child,
+        claude_host_protocol::uri::subagent_chat_uri(&session, &call)
+    );
+    assert_eq!(
+        ready["action"]["_meta"]["subagentAgentName"],
+        "general-purpose"
+    );
+    let added = c
+        .action("the child chat in the session's chats", |a| {
+            a["action"]["type"] == "session/chatAdded"
+        })
+        .await;
+    assert_eq!(added["channel"], session.as_str());
+    assert_eq!(added["action"]["summary"]["resource"], child.as_str());
+    assert_eq!(
+        added["action"]["summary"]["origin"],
+        json!({"kind": "tool", "chat": chat, "toolCallId": call})
+    );
+
+    // Subscribed while the parent's call runs: the child's turn is open, with nothing in it.
+    let snap = c.ok("subscribe", json!({"channel": child})).await;
+    let from = snap["snapshot"]["fromSeq"].as_u64().unwrap();
+    let mut mirror: ahp_types::state::ChatState =
+        serde_json::from_value(snap["snapshot"]["state"].clone()).unwrap();
+    let open = mirror.active_turn.as_ref().expect("the child's turn runs");
+    assert_eq!(open.id, call);
+    assert_eq!(open.message.text, "SUBPROMPT list the files");
+    assert!(open.response_parts.is_empty(), "{open:?}");
+    gate.open();
+    c.action("the main turn's end", turn_ended(&turn)).await;
+
+    let child_actions: Vec<Value> = c
+        .actions
+        .iter()
+        .filter(|a| a["channel"] == child.as_str())
+        .cloned()
+        .collect();
+    let kinds: Vec<&str> = child_actions
+        .iter()
+        .map(|a| a["action"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "chat/toolCallStart",
+            "chat/toolCallReady",
+            "chat/toolCallComplete",
+            "chat/usage",
+            "chat/turnComplete"
+        ]
+    );
+    for a in &child_actions {
+        assert!(a["serverSeq"].as_u64().unwrap() > from);
+        let action: ahp_types::actions::StateAction =
+            serde_json::from_value(a["action"].clone()).unwrap();
+        ahp::reducers::apply_action_to_chat(&mut mirror, &action);
+    }
+    // Live: the child's tool call finished before the parent's call did.
+    let at = |pred: &dyn Fn(&Value) -> bool| c.actions.iter().position(pred).unwrap();
+    let inner_done =
+        at(&|a| a["channel"] == child.as_str() && a["action"]["type"] == "chat/toolCallComplete");
+    let parent_done = at(&|a| {
+        a["channel"] == chat.as_str()
+            && a["action"]["type"] == "chat/toolCallComplete"
+            && a["action"]["toolCallId"] == call.as_str()
+    });
+    assert!(inner_done < parent_done);
+    let mirrored = serde_json::to_value(&mirror).unwrap();
+    assert_eq!(mirrored, e.server_chat_state(&child).await);
+    let live_calls = tool_calls_of(&mirrored["turns"][0]);
+    assert_eq!(live_calls.len(), 1, "{mirrored}");
+
+    // A subagent's chat takes no prompts, and a chat no call started is not there.
+    let seq = c
+        .dispatch(
+            &child,
+            json!({"type": "chat/turnStarted", "turnId": request_id(),
+                "startedAt": "2026-05-01T10:01:00.000Z",
+                "message": user_message("hello child", &model)}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("read-only"),
+        "{echo}"
+    );
+    assert_eq!(mirrored, e.server_chat_state(&child).await, "unchanged");
+    let nothing = claude_host_protocol::uri::subagent_chat_uri(&session, "toolu_nothing");
+    let r = c.request("subscribe", json!({"channel": nothing})).await;
+    assert!(r.get("error").is_some(), "{r}");
+
+    // After a restart the window initializes again with the same subscriptions.
+    drop(c);
+    e.restart().await;
+    let mut c = VsCode::connect(&e.url, &client_id).await;
+    let init = c
+        .initialize(&[
+            "ahp-root://",
+            session.as_str(),
+            chat.as_str(),
+            child.as_str(),
+        ])
+        .await;
+    let snapshots = init["snapshots"].as_array().unwrap();
+    assert_eq!(snapshots.len(), 4, "{init}");
+    let chats = snapshots[1]["state"]["chats"].as_array().unwrap();
+    let listed = chats
+        .iter()
+        .find(|c| c["resource"] == child.as_str())
+        .unwrap_or_else(|| panic!("the child is listed again: {chats:?}"));
+    assert_eq!(
+        listed["origin"],
+        json!({"kind": "tool", "chat": chat, "toolCallId": call})
+    );
+    let parent_call = snapshots[2]["state"]["turns"][0]["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["toolCall"]["toolCallId"] == call.as_str())
+        .unwrap()["toolCall"]
+        .clone();
+    assert_eq!(parent_call["_meta"]["subagentChatUri"], child.as_str());
+    let restored = &snapshots[3]["state"];
+    assert_eq!(snapshots[3]["resource"], child.as_str());
+    assert_eq!(restored["turns"].as_array().unwrap().len(), 1, "{restored}");
+    assert_eq!(restored["turns"][0]["id"], call.as_str());
+    assert_eq!(
+        restored["turns"][0]["message"]["text"],
+        "SUBPROMPT list the files"
+    );
+    assert_eq!(tool_calls_of(&restored["turns"][0]), live_calls);
+}
+
+/// (id, name, status) of a turn's tool calls.
+fn tool_calls_of(turn: &Value) -> Vec<(String, String, String)> {
+    turn["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "toolCall")
+        .map(|p| {
+            let c = &p["toolCall"];
+            (
+                c["toolCallId"].as_str().unwrap().to_owned(),
+                c["toolName"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A `chat/toolCallComplete` as VS Code sends a client tool's result.
+fn tool_result(turn: &str, call: &str, text: &str) -> Value {
+    json!({"type": "chat/toolCallComplete", "turnId": turn, "toolCallId": call,
+        "result": {"success": true, "pastTenseMessage": "Ran tests",
+            "content": [{"type": "text", "text": text}]}})
+}
+
+/// A turn in which Claude calls the window's `vscode_runTests`, confirmed by the window, up
+/// to the host asking the window to run it: the session, the turn and the call.
+async fn client_tool_parked(e: &Env, c: &mut VsCode, model: &str, chat: &str) -> (String, String) {
+    let turn = start_turn(c, chat, "Please run the tests", model).await;
+    let start = c
+        .action("the client tool's card", |a| {
+            a["action"]["type"] == "chat/toolCallStart"
+                && a["action"]["toolName"] == "mcp__client__vscode_runTests"
+        })
+        .await;
+    let me = c.client_id.clone();
+    assert_eq!(
+        start["action"]["contributor"],
+        json!({"kind": "client", "clientId": me}),
+        "{start}"
+    );
+    assert_eq!(start["action"]["displayName"], "vscode_runTests");
+    let call = start["action"]["toolCallId"].as_str().unwrap().to_owned();
+    c.action("the confirmation", |a| {
+        a["action"]["type"] == "chat/toolCallReady"
+            && a["action"]["toolCallId"] == call.as_str()
+            && a["action"]["confirmed"].is_null()
+    })
+    .await;
+    let seq = c
+        .dispatch(
+            chat,
+            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
+                "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let need = c
+        .action("the request to run it", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolClientExecution"
+                && a["action"]["request"]["id"] == call.as_str()
+        })
+        .await;
+    let request = &need["action"]["request"];
+    assert_eq!(request["id"], call.as_str(), "{need}");
+    assert_eq!(request["clientId"], me.as_str());
+    assert_eq!(request["chat"], chat);
+    assert_eq!(request["turnId"], turn.as_str());
+    assert_eq!(request["toolCall"]["status"], "running");
+    assert_eq!(request["toolCall"]["toolCallId"], call.as_str());
+    let _ = e;
+    (turn, call)
+}
+
+fn script_client_tool(e: &Env, then: &str) {
+    e.fake.push(Rule {
+        when: Match::LastUserContains("run the tests".into()),
+        reply: Reply::tool_use(
+            "mcp__client__vscode_runTests",
+            json!({"files": ["a.test.ts"]}),
+        ),
+        times: Some(1),
+    });
+    e.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: Reply::text(then),
+        times: Some(1),
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_tool_runs_in_its_window_and_only_its_result_reaches_claude() {
+    let e = env().await;
+    script_client_tool(&e, "All green.");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+
+    // Refused, each with its reason, and the call still waits.
+    let seq = c
+        .dispatch(&chat, tool_result(&turn, "toolu_nothing", "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no client tool call toolu_nothing"),
+        "{echo}"
+    );
+    let (mut other, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    other.ok("subscribe", json!({"channel": chat})).await;
+    let seq = other
+        .dispatch(&chat, tool_result(&turn, &call, "forged"))
+        .await;
+    let echo = other.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another client"),
+        "{echo}"
+    );
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/toolCallComplete", "turnId": turn, "toolCallId": call,
+                "result": {"success": "yes"}}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("malformed"),
+        "{echo}"
+    );
+    let waiting = e.server_session_state(&session).await.input_needed;
+    assert_eq!(
+        serde_json::to_value(&waiting).unwrap()[0]["id"],
+        call.as_str(),
+        "still waiting: {waiting:?}"
+    );
+
+    // The owner's result goes to Claude.
+    let seq = c
+        .dispatch(&chat, tool_result(&turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    c.action("the request withdrawn", |a| {
+        a["action"]["type"] == "session/inputNeededRemoved" && a["action"]["id"] == call.as_str()
+    })
+    .await;
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(last.contains("3 passed"), "{last}");
+    assert!(!last.contains("forged"), "{last}");
+    let state = e.server_chat_state(&chat).await;
+    let completes = c
+        .actions
+        .iter()
+        .filter(|a| {
+            a["action"]["type"] == "chat/toolCallComplete"
+                && a["action"]["toolCallId"] == call.as_str()
+                && a.get("rejectionReason").is_none()
+        })
+        .count();
+    assert_eq!(completes, 1, "the call completes once");
+    assert!(state.to_string().contains("All green."), "{state}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_turn_while_a_client_tool_waits_ends_the_call_and_claude_goes_on() {
+    let e = env().await;
+    script_client_tool(&e, "never used");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/turnCancelled", "turnId": turn, "duration": 1000}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    c.action("the request withdrawn", |a| {
+        a["action"]["type"] == "session/inputNeededRemoved" && a["action"]["id"] == call.as_str()
+    })
+    .await;
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnCancelled", "{end}");
+    assert!(
+        e.server_session_state(&session)
+            .await
+            .input_needed
+            .is_none_or(|v| v.is_empty())
+    );
+    // Nothing hangs: the next turn runs.
+    e.fake.push(Rule {
+        when: Match::LastUserContains("again".into()),
+        reply: Reply::text("Back."),
+        times: Some(1),
+    });
+    let turn = start_turn(&mut c, &chat, "again", &model).await;
+    let end = c.action("the next turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_while_its_tool_waits_gets_an_error_result_to_claude() {
+    let e = env_full(
+        HostConfig::default(),
+        |a| a.client_tool_grace = std::time::Duration::from_millis(300),
+        |_| {},
+    )
+    .await;
+    script_client_tool(&e, "The tests could not run.");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let (mut watcher, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    watcher.ok("subscribe", json!({"channel": chat})).await;
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+    drop(c);
+    let end = watcher.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(last.contains("clientUnavailable"), "{last}");
+    let state = e.server_chat_state(&chat).await;
+    assert!(state.to_string().contains("The tests could not run."));
+    let _ = call;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_windows_tools_reach_only_their_owner_and_a_new_tool_restarts_the_cli_once() {
+    let e = env().await;
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("hello".into()),
+        Reply::text("Hi."),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("open the file".into()),
+        Reply::tool_use("mcp__client__vscode_openFile", json!({"path": "a.ts"})),
+    ));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Opened.")));
+    script_client_tool(&e, "All green.");
+    let (mut a, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let id = claude_host_protocol::uri::session_uri_id(&session)
+        .unwrap()
+        .to_owned();
+    let turn = start_turn(&mut a, &chat, "hello", &model).await;
+    a.action("the first turn's end", turn_ended(&turn)).await;
+    let handle = e.host.agent().session(&id).unwrap();
+    assert_eq!(handle.materializations(), 1);
+
+    // A second window joins with a tool of its own, between turns.
+    let (mut b, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    b.ok("subscribe", json!({"channel": session})).await;
+    b.ok("subscribe", json!({"channel": chat})).await;
+    let b_id = b.client_id.clone();
+    let seq = b
+        .dispatch(
+            &session,
+            json!({"type": "session/activeClientSet", "activeClient": {"clientId": b_id,
+                "displayName": "Window B", "tools": [{"name": "vscode_openFile",
+                "description": "Opens a file", "inputSchema": {"type": "object",
+                "properties": {"path": {"type": "string"}}}}]}}),
+        )
+        .await;
+    assert!(b.echo(seq).await.get("rejectionReason").is_none());
+
+    // Its tool's call goes to it alone.
+    let turn = start_turn(&mut a, &chat, "open the file", &model).await;
+    let start = a
+        .action("window B's tool card", |x| {
+            x["action"]["type"] == "chat/toolCallStart"
+                && x["action"]["toolName"] == "mcp__client__vscode_openFile"
+        })
+        .await;
+    assert_eq!(
+        start["action"]["contributor"],
+        json!({"kind": "client", "clientId": b_id})
+    );
+    let call = start["action"]["toolCallId"].as_str().unwrap().to_owned();
+    a.action("the confirmation", |x| {
+        x["action"]["type"] == "chat/toolCallReady"
+            && x["action"]["toolCallId"] == call.as_str()
+            && x["action"]["confirmed"].is_null()
+    })
+    .await;
+    let seq = a
+        .dispatch(
+            &chat,
+            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
+                "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(a.echo(seq).await.get("rejectionReason").is_none());
+    let need = b
+        .action("window B asked to run it", |x| {
+            x["action"]["type"] == "session/inputNeededSet"
+                && x["action"]["request"]["kind"] == "toolClientExecution"
+        })
+        .await;
+    assert_eq!(need["action"]["request"]["clientId"], b_id.as_str());
+    let seq = a
+        .dispatch(&chat, tool_result(&turn, &call, "not mine"))
+        .await;
+    let echo = a.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another client"),
+        "{echo}"
+    );
+    let seq = b
+        .dispatch(&chat, tool_result(&turn, &call, "opened a.ts"))
+        .await;
+    assert!(b.echo(seq).await.get("rejectionReason").is_none());
+    let end = a.action("the second turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    // One restart for the new tool, with the history intact.
+    assert_eq!(handle.materializations(), 2);
+    let sent: Vec<String> = e
+        .fake
+        .message_requests()
+        .iter()
+        .map(|r| r.json().to_string())
+        .collect();
+    let with_result = sent.iter().find(|r| r.contains("opened a.ts")).unwrap();
+    assert!(with_result.contains("hello"), "the history went along");
+    assert!(!sent.iter().any(|r| r.contains("not mine")));
+
+    // Window A's own tool still goes to A, without another restart.
+    let (turn, call) = client_tool_parked(&e, &mut a, &model, &chat).await;
+    let seq = a
+        .dispatch(&chat, tool_result(&turn, &call, "3 passed"))
+        .await;
+    assert!(a.echo(seq).await.get("rejectionReason").is_none());
+    let end = a.action("the third turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert_eq!(handle.materializations(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_that_comes_back_in_time_still_runs_its_waiting_tool() {
+    let e = env().await;
+    script_client_tool(&e, "All green.");
+    let (mut c, model, chat) = session_ready(&e).await;
+    let session = claude_host_protocol::uri::session_of_default_chat(&chat).unwrap();
+    let (mut watcher, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    watcher.ok("subscribe", json!({"channel": session})).await;
+    let (turn, call) = client_tool_parked(&e, &mut c, &model, &chat).await;
+    let client_id = c.client_id.clone();
+    let seen_before = c.last_seen;
+    drop(c);
+    let gone = client_id.clone();
+    watcher
+        .action("the window leaving the session", |a| {
+            a["action"]["type"] == "session/activeClientRemoved"
+                && a["action"]["clientId"] == gone.as_str()
+        })
+        .await;
+
+    // Back well within the grace: it reconnects, says it is active again, and answers.
+    let mut c = VsCode::connect(&e.url, &client_id).await;
+    let r = c
+        .ok(
+            "reconnect",
+            json!({"channel": "ahp-root://", "clientId": client_id,
+                "lastSeenServerSeq": seen_before, "subscriptions": [session, chat]}),
+        )
+        .await;
+    assert_eq!(r["type"], "replay", "{r}");
+    let seq = c
+        .dispatch(
+            &session,
+            json!({"type": "session/activeClientSet", "activeClient": {"clientId": client_id,
+                "tools": [{"name": "vscode_runTests", "description": "Runs tests"}]}}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let seq = c
+        .dispatch(&chat, tool_result(&turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(last.contains("3 passed"), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_confirms_a_subagents_tool_call_in_the_subagents_chat() {
+    let e = env().await;
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT make a file"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "touch made.txt", "description": "Make a file"}),
+        ),
+    ));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("Made it.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper made it."),
+    ));
+    let (mut c, model, chat) = session_ready(&e).await;
+    let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
+    let need = c
+        .action("the subagent's confirmation", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolConfirmation"
+        })
+        .await;
+    let request = need["action"]["request"].clone();
+    let child = request["chat"].as_str().unwrap().to_owned();
+    assert!(child.starts_with("ahp-chat://subagent/"), "{request}");
+    let call = request["id"].as_str().unwrap().to_owned();
+    let child_turn = request["turnId"].as_str().unwrap().to_owned();
+    c.ok("subscribe", json!({"channel": child})).await;
+    let confirm = json!({"type": "chat/toolCallConfirmed", "turnId": child_turn,
+        "toolCallId": call, "approved": true, "confirmed": "user-action"});
+    // On the parent's chat it is refused: the call is not there.
+    let seq = c.dispatch(&chat, confirm.clone()).await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another chat"),
+        "{echo}"
+    );
+    let seq = c.dispatch(&child, confirm).await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    assert_eq!(echo["channel"], child.as_str());
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert!(e.work().join("made.txt").exists());
+    let state = e.server_chat_state(&child).await;
+    assert_eq!(
+        tool_calls_of(&state["turns"][0]),
+        [(call, "Bash".to_owned(), "completed".to_owned())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_calls_a_windows_tool_in_the_subagents_chat() {
+    let e = env().await;
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT check the tests"),
+    ));
+    e.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "mcp__client__vscode_runTests",
+            json!({"files": ["a.test.ts"]}),
+        ),
+    ));
+    e.fake
+        .push(once(Match::HasToolResult, Reply::text("They pass.")));
+    e.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper says they pass."),
+    ));
+    let (mut c, model, chat) = session_ready(&e).await;
+    let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
+    let need = c
+        .action("the confirmation in the subagent's chat", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolConfirmation"
+        })
+        .await;
+    let child = need["action"]["request"]["chat"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let call = need["action"]["request"]["id"].as_str().unwrap().to_owned();
+    let child_turn = need["action"]["request"]["turnId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.ok("subscribe", json!({"channel": child})).await;
+    let seq = c
+        .dispatch(
+            &child,
+            json!({"type": "chat/toolCallConfirmed", "turnId": child_turn,
+                "toolCallId": call, "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let run = c
+        .action("the request to run it", |a| {
+            a["action"]["type"] == "session/inputNeededSet"
+                && a["action"]["request"]["kind"] == "toolClientExecution"
+        })
+        .await;
+    assert_eq!(run["action"]["request"]["chat"], child.as_str(), "{run}");
+    assert_eq!(run["action"]["request"]["clientId"], c.client_id.as_str());
+    // Answered on the parent's chat it is refused; on the subagent's it is taken.
+    let seq = c
+        .dispatch(&chat, tool_result(&child_turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(
+        echo["rejectionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another chat"),
+        "{echo}"
+    );
+    let seq = c
+        .dispatch(&child, tool_result(&child_turn, &call, "3 passed"))
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    let sent: Vec<String> = e
+        .fake
+        .message_requests()
+        .iter()
+        .map(|r| r.json().to_string())
+        .collect();
+    assert!(sent.iter().any(|r| r.contains("3 passed")), "{sent:?}");
+    let state = e.server_chat_state(&child).await;
+    assert_eq!(
+        tool_calls_of(&state["turns"][0]),
+        [(
+            call,
+            "mcp__client__vscode_runTests".to_owned(),
+            "completed".to_owned()
+        )]
+    );
 }

@@ -1002,3 +1002,95 @@ async fn always_allow_stops_asking_for_calls_like_it() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_tool_calls_show_under_its_call_and_ask_the_editor() {
+    let h = Host::new().await;
+    let once = |when, reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    h.fake.push(once(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT make a file"),
+    ));
+    h.fake.push(once(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "touch made-by-helper.txt", "description": "Make a file"}),
+        ),
+    ));
+    h.fake
+        .push(once(Match::HasToolResult, Reply::text("Made it.")));
+    h.fake.push(once(
+        Match::HasToolResult,
+        Reply::text("The helper made it."),
+    ));
+    let mut child = spawn_acp(h.cmd());
+    let seen = Seen::default();
+    let s = seen.clone();
+    let cwd = h.cwd();
+    as_client(&mut child, seen, "allow", async move |cx| {
+        timed("initialize", initialize(&cx)).await;
+        let id = new_session(&cx, &cwd).await;
+        let r = ask(&cx, &id, "please ask a helper").await;
+        assert_eq!(r.stop_reason, StopReason::EndTurn);
+        assert!(
+            cwd.join("made-by-helper.txt").exists(),
+            "the subagent's Bash ran once the editor allowed it"
+        );
+        let asked = s.permissions.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1, "{asked:#?}");
+        assert_eq!(
+            serde_json::to_value(&asked[0].tool_call).unwrap()["kind"],
+            "execute"
+        );
+        let live = seen_session(&s, &id.0);
+        let view = shown(&live);
+        let tools: Vec<&Value> = view.iter().filter(|e| e["entry"] == "tool").collect();
+        assert_eq!(
+            tools.len(),
+            2,
+            "the Agent call and the subagent's Bash: {view:#?}"
+        );
+        let parent = tools[0]["toolCallId"].as_str().unwrap();
+        assert_eq!(tools[0]["kind"], "think");
+        assert_eq!(tools[1]["title"], "touch made-by-helper.txt");
+        assert_eq!(tools[1]["status"], "completed");
+        assert_eq!(
+            tools[1]["_meta"]["claudeCode"]["parentToolUseId"], parent,
+            "{view:#?}"
+        );
+        assert!(has_text(&live, "The helper made it."));
+        assert!(
+            !has_text(&live, "Made it."),
+            "the subagent's own text stays in its chat"
+        );
+        // Loaded again: the subagent's call comes back under its parent.
+        timed(
+            "session/close",
+            cx.send_request(CloseSessionRequest::new(id.clone()))
+                .block_task(),
+        )
+        .await
+        .unwrap();
+        s.clear();
+        timed(
+            "session/load",
+            cx.send_request(LoadSessionRequest::new(id.clone(), cwd.clone()))
+                .block_task(),
+        )
+        .await
+        .unwrap();
+        let loaded: Vec<Value> = shown(&seen_session(&s, &id.0))
+            .into_iter()
+            .filter(|e| e["entry"] == "tool")
+            .collect();
+        assert_eq!(loaded.len(), 2, "{loaded:#?}");
+        assert_eq!(loaded[1]["_meta"], tools[1]["_meta"]);
+        assert_eq!(loaded[1]["title"], tools[1]["title"]);
+    })
+    .await;
+}

@@ -439,6 +439,60 @@ async fn run_streams_text_and_json_and_denies_tools_without_a_terminal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_shows_a_subagents_tool_calls_indented_under_its_call() {
+    let h = Host::new().await;
+    std::fs::write(h.cwd().join("a.txt"), "hello").unwrap();
+    h.fake.push(rule(
+        Match::LastUserContains("ask a helper".into()),
+        Reply::subagent_call("SUBPROMPT list the files"),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("SUBPROMPT".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "ls", "description": "List files"}),
+        ),
+    ));
+    h.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: Reply::text("Found a.txt."),
+        times: Some(1),
+    });
+    h.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: Reply::text("The helper found a.txt."),
+        times: Some(1),
+    });
+    let mut c = h.cmd();
+    c.args(["run", "please ask a helper"]);
+    let out = blocking(move || run(c)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let call = lines
+        .iter()
+        .position(|l| l.starts_with("[Agent "))
+        .unwrap_or_else(|| panic!("the Agent call: {text}"));
+    let inner = lines
+        .iter()
+        .position(|l| *l == "    [Bash ls]")
+        .unwrap_or_else(|| panic!("the subagent's call, indented: {text}"));
+    let result = lines
+        .iter()
+        .position(|l| *l == "      → a.txt")
+        .unwrap_or_else(|| panic!("its result, indented: {text}"));
+    assert!(call < inner && inner < result, "{text}");
+    assert!(
+        text.trim_end().ends_with("The helper found a.txt."),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_under_a_pseudo_terminal_asks_and_a_yes_runs_the_tool() {
     let h = Host::new().await;
     let file = h.cwd().join("approved.txt");

@@ -45,6 +45,14 @@ impl Task {
         }
         if let Typed::TaskNotification(n) = &typed {
             self.notes.push(n.describe());
+            self.on_task_notification(n);
+        }
+        // A subagent's frames are its chat's, whether or not a turn of the main chat runs
+        // (a background subagent outlives the turn that started it).
+        if let Some(call) = subagents::subagent_of(&typed) {
+            let call = call.to_owned();
+            self.on_subagent_frame(&call, &typed);
+            return;
         }
         if self.turn.is_none() {
             if !mapper::shows_a_turn(&typed) {
@@ -92,7 +100,7 @@ impl Task {
             other => out = turn.mapper.map(&other),
         }
         self.turn = Some(turn);
-        self.chat_all(out);
+        self.publish_mapped(&ChannelKind::Chat, out);
         for uuid in consumed {
             if let Some(at) = self.steering.iter().position(|s| s.cli_uuid == uuid) {
                 let s = self.steering.remove(at);
@@ -119,6 +127,9 @@ impl Task {
         self.cli = Cli::None;
         self.settling = None;
         self.refuse_waiting();
+        self.end_all_subagents(|| {
+            subagents::ChildEnd::Failed("the Claude Code CLI exited".to_owned())
+        });
         if self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent) {
             self.fail_turn(
                 "cli_exited",
@@ -169,6 +180,7 @@ impl Task {
         // Each line of the transcript is also reported, for the shared store.
         opts.session_mirror = self.durable.is_some();
         self.cli_settings = self.settings.clone();
+        let servers = self.client_tool_servers(generation);
         let tx = self.internal_tx.clone();
         let bridge = Arc::new(Bridge {
             tx: tx.clone(),
@@ -176,7 +188,8 @@ impl Task {
         });
         let job = tokio::spawn(async move {
             let result = async {
-                let cli = ClaudeSession::spawn(opts, bridge).map_err(|e| e.to_string())?;
+                let cli = ClaudeSession::spawn_with_mcp(opts, bridge, servers)
+                    .map_err(|e| e.to_string())?;
                 let init = cli
                     .initialize(None, json!({}))
                     .await
@@ -254,6 +267,18 @@ impl Task {
             Internal::Applied { generation, result } => {
                 self.applied(generation, result);
                 self.pump().await;
+            }
+            Internal::SubagentRead { call, end, turns } => {
+                self.subagent_read(&call, end, turns);
+            }
+            Internal::ClientTool {
+                generation,
+                tool_use_id,
+                name,
+                reply,
+            } => {
+                self.on_client_tool(generation, tool_use_id, name, reply)
+                    .await;
             }
             Internal::Pump => {
                 self.next_queued();

@@ -95,6 +95,7 @@ impl Task {
                 turn_id: kept_turn,
             })),
         }
+        self.prune_subagents();
         Ok(())
     }
 

@@ -17,16 +17,22 @@ impl Task {
         content: Option<Value>,
     ) {
         let copy = action.clone();
-        let outcome = match (kind, action) {
+        let outcome = match (kind.clone(), action) {
             (ChannelKind::Chat, StateAction::ChatTurnStarted(a)) => {
                 self.client_turn(a, &origin, content)
             }
-            (ChannelKind::Chat, StateAction::ChatToolCallConfirmed(a)) => {
-                self.client_confirm(a, &origin)
-            }
-            (ChannelKind::Chat, StateAction::ChatInputCompleted(a)) => {
-                self.client_answer(a, &origin)
-            }
+            (
+                k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
+                StateAction::ChatToolCallConfirmed(a),
+            ) => self.client_confirm(&k, a, &origin),
+            (
+                k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
+                StateAction::ChatToolCallComplete(a),
+            ) => self.client_complete(&k, a, &origin),
+            (
+                k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
+                StateAction::ChatInputCompleted(a),
+            ) => self.client_answer(&k, a, &origin),
             (ChannelKind::Chat, StateAction::ChatPendingMessageSet(a)) => {
                 self.client_pending(a, &origin).await
             }
@@ -128,15 +134,32 @@ impl Task {
                 a @ (StateAction::SessionActiveClientSet(_)
                 | StateAction::SessionActiveClientRemoved(_)),
             ) => {
+                match &a {
+                    StateAction::SessionActiveClientSet(s) => {
+                        self.client_back(&s.active_client.client_id);
+                    }
+                    StateAction::SessionActiveClientRemoved(r) => self.client_left(&r.client_id),
+                    _ => {}
+                }
                 self.publish(ChannelKind::Session, a, Some(origin.clone()));
                 Ok(())
             }
+            (_, StateAction::Unknown(v)) => Err(format!(
+                "{} is malformed or not an action this host knows",
+                v.get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the action")
+            )),
             (ChannelKind::Session, a) => Err(format!(
                 "{} is not accepted on a session channel",
                 actions::kind(&a)
             )),
             (ChannelKind::Chat, a) => Err(format!(
                 "{} cannot be dispatched by a client",
+                actions::kind(&a)
+            )),
+            (ChannelKind::Subagent(_), a) => Err(format!(
+                "a subagent's chat is read-only: {} cannot be dispatched on it",
                 actions::kind(&a)
             )),
         };
@@ -206,11 +229,23 @@ impl Task {
         Ok(())
     }
 
+    /// Refuses an answer dispatched on another chat than the one its request is in.
+    fn in_its_chat(&self, kind: &ChannelKind, id: &str) -> Result<(), String> {
+        match self.waiting.get(id) {
+            Some(w) if w.chat() != kind => Err(format!(
+                "{id} waits in another chat of this session; answer it there"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn client_confirm(
         &mut self,
+        kind: &ChannelKind,
         a: ChatToolCallConfirmedAction,
         origin: &ActionOrigin,
     ) -> Result<(), String> {
+        self.in_its_chat(kind, &a.tool_call_id)?;
         let decision = if a.approved {
             Confirmation::Approve
         } else {
@@ -228,9 +263,11 @@ impl Task {
 
     pub(super) fn client_answer(
         &mut self,
+        kind: &ChannelKind,
         a: ChatInputCompletedAction,
         origin: &ActionOrigin,
     ) -> Result<(), String> {
+        self.in_its_chat(kind, &a.request_id)?;
         let id = a.request_id.clone();
         let answer = InputReply {
             response: a.response,

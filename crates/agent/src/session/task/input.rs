@@ -23,23 +23,34 @@ impl Task {
         }
         let id = request.tool_use_id.clone();
         let tool = request.tool_name.clone();
-        let Some(turn) = self.turn.as_mut() else {
-            let _ = reply.send(deny("no turn in progress"));
-            return;
+        // A subagent's tool call is asked about in its chat.
+        let (kind, turn_id) = match self.subagent_asking(&id, &tool) {
+            Some(call) => (ChannelKind::Subagent(call.clone()), call),
+            None => {
+                let Some(turn) = self.turn.as_mut() else {
+                    let _ = reply.send(deny("no turn in progress"));
+                    return;
+                };
+                let turn_id = turn.id.clone();
+                let start = turn.mapper.asked(&id, &tool);
+                if let Some(a) = start {
+                    self.publish_mapped(&ChannelKind::Chat, vec![a]);
+                }
+                (ChannelKind::Chat, turn_id)
+            }
         };
-        let turn_id = turn.id.clone();
-        let start = turn.mapper.asked(&id, &tool);
-        if let Some(a) = start {
-            self.chat(a);
-        }
-        let chat_uri = self.uris.chat.clone();
+        let chat_uri = match &kind {
+            ChannelKind::Subagent(call) => subagent_chat_uri(&self.uris.session, call),
+            _ => self.uris.chat.clone(),
+        };
         if tool == "AskUserQuestion" {
             let req = questions::request(&id, &request.input);
-            self.chat(actions::input_requested(req.clone()));
+            self.publish(kind.clone(), actions::input_requested(req.clone()), None);
             self.session(actions::chat_input_needed(&chat_uri, req));
             self.waiting.insert(
                 id,
                 Waiter::Question {
+                    chat: kind,
                     reply,
                     input: request.input,
                 },
@@ -77,13 +88,14 @@ impl Task {
                     ),
                 }
             };
-            self.chat(actions::tool_call_ready(&turn_id, &id, ready));
-            if let Some(call) = self.pending_call(&id) {
+            self.publish_mapped(&kind, vec![actions::tool_call_ready(&turn_id, &id, ready)]);
+            if let Some(call) = self.pending_call(&kind, &id) {
                 self.session(actions::tool_confirmation_needed(&chat_uri, &turn_id, call));
             }
             self.waiting.insert(
                 id,
                 Waiter::Tool {
+                    chat: kind,
                     turn_id,
                     reply,
                     always: session_rule(&tool, &request.extra),
@@ -96,9 +108,16 @@ impl Task {
     }
 
     /// The running turn's tool call `id`, when it waits for a confirmation.
-    pub(super) fn pending_call(&self, id: &str) -> Option<ToolCallConfirmationState> {
-        self.chat
-            .active_turn
+    pub(super) fn pending_call(
+        &self,
+        kind: &ChannelKind,
+        id: &str,
+    ) -> Option<ToolCallConfirmationState> {
+        let chat = match kind {
+            ChannelKind::Subagent(call) => self.subagent_chat(call)?,
+            _ => &self.chat,
+        };
+        chat.active_turn
             .as_ref()?
             .response_parts
             .iter()
@@ -143,6 +162,7 @@ impl Task {
         echo: Option<StateAction>,
     ) -> Result<(), ChatSessionError> {
         let Some(Waiter::Tool {
+            chat,
             turn_id,
             reply,
             input,
@@ -171,7 +191,7 @@ impl Task {
         };
         let _ = reply.send(result);
         let action = echo.unwrap_or_else(|| actions::tool_call_confirmed(&turn_id, id, approved));
-        self.publish(ChannelKind::Chat, action, origin);
+        self.publish(chat, action, origin);
         self.session(actions::input_needed_removed(id));
         if plan && approved {
             self.settings.permission_mode = Some("acceptEdits".into());
@@ -193,7 +213,7 @@ impl Task {
         origin: Option<ActionOrigin>,
         echo: Option<StateAction>,
     ) -> Result<(), ChatSessionError> {
-        let Some(Waiter::Question { reply, input }) = self.take_waiter(id, false) else {
+        let Some(Waiter::Question { chat, reply, input }) = self.take_waiter(id, false) else {
             return Err(ChatSessionError::NotPending(id.to_owned()));
         };
         let result = if answer.response == ChatInputResponseKind::Accept {
@@ -208,7 +228,7 @@ impl Task {
         let action = echo.unwrap_or_else(|| {
             actions::input_completed(id, answer.response, answer.answers.clone())
         });
-        self.publish(ChannelKind::Chat, action, origin);
+        self.publish(chat, action, origin);
         self.session(actions::input_needed_removed(id));
         if self.waiting.is_empty() {
             self.notice_status(status::IN_PROGRESS);
@@ -232,6 +252,28 @@ impl Task {
     /// Refuses everything parked: tools denied, questions cancelled, each shown.
     pub(super) fn refuse_waiting(&mut self) {
         let parked: Vec<(String, Waiter)> = self.waiting.drain().collect();
+        self.refuse_parked(parked);
+        self.refuse_client_calls(client::Unanswered::Cancelled, false);
+    }
+
+    /// Refuses what the main chat's turn left parked; a background subagent's requests
+    /// outlive it.
+    pub(super) fn refuse_turn_waiting(&mut self) {
+        let ids: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| *w.chat() == ChannelKind::Chat)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let parked = ids
+            .into_iter()
+            .filter_map(|id| self.waiting.remove(&id).map(|w| (id, w)))
+            .collect();
+        self.refuse_parked(parked);
+        self.refuse_client_calls(client::Unanswered::Cancelled, true);
+    }
+
+    fn refuse_parked(&mut self, parked: Vec<(String, Waiter)>) {
         for (id, w) in parked {
             self.refuse(&id, w);
         }
@@ -239,17 +281,26 @@ impl Task {
 
     pub(super) fn refuse(&mut self, id: &str, w: Waiter) {
         match w {
-            Waiter::Tool { turn_id, reply, .. } => {
+            Waiter::Tool {
+                chat,
+                turn_id,
+                reply,
+                ..
+            } => {
                 let _ = reply.send(deny(DECLINED));
-                self.chat(actions::tool_call_confirmed(&turn_id, id, false));
+                self.publish(
+                    chat,
+                    actions::tool_call_confirmed(&turn_id, id, false),
+                    None,
+                );
             }
-            Waiter::Question { reply, .. } => {
+            Waiter::Question { chat, reply, .. } => {
                 let _ = reply.send(deny(QUESTION_CANCELLED));
-                self.chat(actions::input_completed(
-                    id,
-                    ChatInputResponseKind::Cancel,
-                    HashMap::new(),
-                ));
+                self.publish(
+                    chat,
+                    actions::input_completed(id, ChatInputResponseKind::Cancel, HashMap::new()),
+                    None,
+                );
             }
         }
         self.session(actions::input_needed_removed(id));

@@ -116,9 +116,11 @@ impl Task {
         if !waiting || self.settling.is_some() || self.applying.is_some() || self.closing {
             return;
         }
-        if self.restart_needed
+        if (self.restart_needed || self.client_tools_changed())
             && let Cli::Live(_) = &self.cli
         {
+            // Between turns only: a new CLI resumes the session with what changed.
+            tracing::info!(session = %self.id, "restarting the CLI for new options or client tools");
             self.stop_cli().await;
         }
         match &self.cli {
@@ -184,7 +186,7 @@ impl Task {
         end: Vec<StateAction>,
         outcome: Result<(), ChatSessionError>,
     ) {
-        self.refuse_waiting();
+        self.refuse_turn_waiting();
         self.clear_steering();
         if let Some(p) = &self.prompts {
             p.turn_ended(&self.id);
@@ -236,6 +238,8 @@ impl Task {
         };
         self.refuse_waiting();
         self.clear_steering();
+        // The interrupt stops the subagents too; what they still print is dropped.
+        self.end_all_subagents(|| subagents::ChildEnd::Cancelled);
         for a in end {
             self.publish(ChannelKind::Chat, a, origin.clone());
         }
