@@ -72,6 +72,9 @@ pub struct AcpOptions {
     pub sign_in: Arc<dyn SignIn>,
     /// Session removal.
     pub deleter: Arc<dyn SessionDeleter>,
+    /// Work sessions wait for, which `initialize` does not: checking the stored credential
+    /// with the upstream takes network round trips an editor should not wait on at start.
+    pub before_sessions: Option<BoxFuture<'static, ()>>,
 }
 
 impl std::fmt::Debug for AcpOptions {
@@ -102,7 +105,7 @@ macro_rules! spawned {
 /// Serves ACP v1 on `input`/`output` (the editor's pipes) until the editor closes them; then
 /// closes every session it opened (their CLIs stop) and shuts the agent down.
 pub async fn serve<R, W>(
-    agent: Agent,
+    agent: Arc<Agent>,
     options: AcpOptions,
     input: R,
     output: W,

@@ -46,6 +46,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 /// The sign-in method `authenticate` runs.
@@ -65,8 +66,12 @@ struct Open {
 
 /// The connection's state; handlers hold it through an `Arc`.
 pub(crate) struct Server {
-    agent: Agent,
-    options: AcpOptions,
+    agent: Arc<Agent>,
+    version: String,
+    sign_in: Arc<dyn crate::SignIn>,
+    deleter: Arc<dyn crate::SessionDeleter>,
+    /// True once session set-up may go on (see `AcpOptions::before_sessions`).
+    ready: watch::Receiver<bool>,
     client_id: String,
     client_seq: AtomicI64,
     client: Mutex<ClientCapabilities>,
@@ -104,15 +109,32 @@ fn notify(cx: &ConnectionTo<Client>, session_id: &str, update: SessionUpdate) {
 }
 
 impl Server {
-    pub(crate) fn new(agent: Agent, options: AcpOptions) -> Server {
+    pub(crate) fn new(agent: Arc<Agent>, options: AcpOptions) -> Server {
+        let (done, ready) = watch::channel(options.before_sessions.is_none());
+        if let Some(work) = options.before_sessions {
+            // Started now, in a task of its own, so it runs while the editor initializes.
+            tokio::spawn(async move {
+                work.await;
+                let _ = done.send(true);
+            });
+        }
         Server {
             agent,
-            options,
+            version: options.version,
+            sign_in: options.sign_in,
+            deleter: options.deleter,
+            ready,
             client_id: format!("acp-{}", std::process::id()),
             client_seq: AtomicI64::new(0),
             client: Mutex::new(ClientCapabilities::default()),
             open: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Waits until sessions may be set up (a check begun at start has finished).
+    async fn wait_ready(&self) {
+        let mut ready = self.ready.clone();
+        let _ = ready.wait_for(|r| *r).await;
     }
 
     fn session(&self, id: &str) -> Result<Arc<Open>, Error> {
@@ -154,7 +176,7 @@ impl Server {
             .prompt_capabilities(PromptCapabilities::new().image(true).embedded_context(true))
             .mcp_capabilities(McpCapabilities::new().http(true).sse(true))
             .session_capabilities(sessions);
-        let description = match self.options.sign_in.signed_in() {
+        let description = match self.sign_in.signed_in() {
             Some(who) if !who.is_empty() => format!("Already signed in as {who}; nothing to do."),
             Some(_) => "Already signed in; nothing to do.".to_owned(),
             None => {
@@ -168,7 +190,7 @@ impl Server {
             InitializeResponse::new(ProtocolVersion::V1)
                 .agent_capabilities(capabilities)
                 .agent_info(
-                    Implementation::new("claude-host", self.options.version.clone())
+                    Implementation::new("claude-host", self.version.clone())
                         .title("Claude (claude-host)"),
                 )
                 .auth_methods(methods),
@@ -181,12 +203,14 @@ impl Server {
         responder: Responder<AuthenticateResponse>,
         cx: ConnectionTo<Client>,
     ) {
+        // A stored credential counts once the upstream has taken it.
+        self.wait_ready().await;
         let result = if &*req.method_id.0 != GITHUB_SIGN_IN {
             Err(invalid(format!(
                 "unknown authentication method {:?}; this agent offers {GITHUB_SIGN_IN:?}",
                 req.method_id.0
             )))
-        } else if self.options.sign_in.signed_in().is_some() {
+        } else if self.agent.is_authenticated() {
             Ok(())
         } else {
             let request_id = responder.id().clone();
@@ -204,7 +228,6 @@ impl Server {
         request_id: agent_client_protocol::v1::schema::RequestId,
     ) -> Result<(), Error> {
         let flow = self
-            .options
             .sign_in
             .start()
             .await
@@ -264,6 +287,7 @@ impl Server {
         cx: ConnectionTo<Client>,
     ) {
         let result = async {
+            self.wait_ready().await;
             if !self.agent.is_authenticated() {
                 // ACP's own code for it: the editor offers the auth methods and retries.
                 return Err(Error::auth_required().data(Value::String(format!(
@@ -312,6 +336,7 @@ impl Server {
         replay: bool,
         cx: ConnectionTo<Client>,
     ) -> Result<Option<SessionConfigState>, Error> {
+        self.wait_ready().await;
         if let Ok(open) = self.session(&id) {
             // Already open on this connection: nothing to start, but a load still shows it.
             let snapshot = open
@@ -482,6 +507,7 @@ impl Server {
         cx: ConnectionTo<Client>,
     ) {
         let source = req.session_id.0.to_string();
+        self.wait_ready().await;
         let result = async {
             let turns = match self.session(&source) {
                 Ok(open) => open.handle.state().await.turns.len(),
@@ -523,6 +549,7 @@ impl Server {
         responder: Responder<ListSessionsResponse>,
         _cx: ConnectionTo<Client>,
     ) {
+        self.wait_ready().await;
         let sessions: Vec<SessionInfo> = self
             .agent
             .list_sessions()
@@ -589,7 +616,7 @@ impl Server {
     ) {
         let id = req.session_id.0.to_string();
         self.close(&id).await;
-        let _ = match self.options.deleter.delete(&id).await {
+        let _ = match self.deleter.delete(&id).await {
             Ok(()) => responder.respond(DeleteSessionResponse::new()),
             Err(e) => responder.respond_with_error(invalid(e)),
         };

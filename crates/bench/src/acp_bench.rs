@@ -270,9 +270,17 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
         )
         .await
         .map_err(|e| anyhow::anyhow!("{side:?}: {e}"))?;
-    // The client closed the pipes: each agent exits and takes its CLIs with it.
+    // The client closed the pipes: each agent exits and takes its CLIs with it. The next
+    // round starts once all of them are gone, so neither side pays for the other's exit.
+    let left = tree(pid);
     let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     let _ = child.kill().await;
+    for _ in 0..200 {
+        if left.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     Ok(figures)
 }
 
@@ -345,7 +353,9 @@ fn report(ours: &[Figures], theirs: &[Figures], rounds: usize) {
         "claude-host acp vs claude-agent-acp 0.23.1, same CLI and fake upstream, {rounds} rounds alternating, medians"
     );
     // Lower is better for every row; the ratio is theirs ÷ ours (above 1: claude-host ahead).
-    println!("| measurement | claude-host | claude-agent-acp | theirs ÷ ours |");
+    println!(
+        "| measurement | claude-host (min..max) | claude-agent-acp (min..max) | theirs ÷ ours |"
+    );
     println!("|---|---|---|---|");
     type Row = (&'static str, fn(&Figures) -> f64);
     let rows: [Row; 7] = [
@@ -373,6 +383,16 @@ fn report(ours: &[Figures], theirs: &[Figures], rounds: usize) {
         let a = m(ours, get);
         let b = m(theirs, get);
         let ratio = if a > 0.0 { b / a } else { 0.0 };
-        println!("| {label} | {a:.1} | {b:.1} | {ratio:.2} |");
+        let range = |v: &[Figures]| {
+            let all: Vec<f64> = v.iter().map(get).collect();
+            let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = all.iter().copied().fold(0.0, f64::max);
+            format!("{lo:.1}..{hi:.1}")
+        };
+        println!(
+            "| {label} | {a:.1} ({}) | {b:.1} ({}) | {ratio:.2} |",
+            range(ours),
+            range(theirs)
+        );
     }
 }

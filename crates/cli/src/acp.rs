@@ -26,9 +26,9 @@ pub(crate) async fn acp(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode
     let upstream = crate::setup::protocol_upstream(ctx)?;
     let (agent, _usage) =
         crate::setup::build_agent(ctx, cwd, args.allow_bypass_permissions, upstream, "acp").await?;
-    if let Some(why) = crate::setup::sign_in_stored(ctx, &agent).await? {
-        tracing::warn!(error = %why, "the stored GitHub credential was not accepted; sign in through the editor");
-    }
+    let agent = Arc::new(agent);
+    // Checked in the background: `initialize` is answered at once, sessions wait for it.
+    let stored = crate::setup::stored_sign_in(ctx, agent.clone())?;
     let options = AcpOptions {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         sign_in: Arc::new(GithubSignIn {
@@ -43,6 +43,7 @@ pub(crate) async fn acp(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode
             home: ctx.home.clone(),
             db: ctx.database().await?,
         }),
+        before_sessions: stored,
     };
     tracing::info!("serving ACP on standard input and output");
     claude_host_acp::serve(agent, options, tokio::io::stdin(), tokio::io::stdout()).await?;

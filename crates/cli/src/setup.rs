@@ -342,12 +342,28 @@ pub(crate) async fn build_agent(
     upstream: Option<Arc<dyn Upstream>>,
     command: &str,
 ) -> anyhow::Result<(claude_host_agent::Agent, crate::usage::UsageRecorder)> {
-    let cli = claude_host_sdk::find::locate(
+    let (cli, origin) = claude_host_sdk::find::locate_path(
         ctx.opts.claude_path.as_deref(),
         &ctx.home,
         !ctx.opts.no_install,
     )
     .await?;
+    let known = origin == claude_host_sdk::find::Origin::Pinned
+        || claude_host_sdk::find::packaged_version(&cli).as_deref()
+            == Some(claude_host_sdk::find::PINNED_VERSION);
+    if !known {
+        // Checked beside the start-up: only a warning depends on it.
+        let path = cli.clone();
+        tokio::spawn(async move {
+            match claude_host_sdk::find::version_of(&path).await {
+                Ok(v) if v == claude_host_sdk::find::PINNED_VERSION => {}
+                Ok(v) => {
+                    tracing::warn!(path = %path.display(), version = %v, pinned = claude_host_sdk::find::PINNED_VERSION, "using a Claude Code version other than the pinned one");
+                }
+                Err(e) => tracing::warn!(error = %e, "the Claude Code CLI does not run"),
+            }
+        });
+    }
     let db = ctx.database().await?;
     let store = open_store(&ctx.home, db.as_ref()).await?;
     let proxy = claude_host_proxy::start(
@@ -366,7 +382,7 @@ pub(crate) async fn build_agent(
         Some(u) => claude_host_agent::ProxyModels::with_upstream(proxy, u, Some(factory)),
         None => claude_host_agent::ProxyModels::signed_out(proxy, factory),
     };
-    let mut config = claude_host_agent::AgentConfig::new(cli.path, cwd);
+    let mut config = claude_host_agent::AgentConfig::new(cli, cwd);
     config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     config.allow_bypass_permissions = allow_bypass_permissions;
     config.durable = db.map(|db| claude_host_agent::Durable {
@@ -409,15 +425,39 @@ pub(crate) async fn sign_in_stored(
     ctx: &Context,
     agent: &claude_host_agent::Agent,
 ) -> anyhow::Result<Option<String>> {
+    match stored_sign_in_with(ctx)? {
+        Some(token) => Ok(try_sign_in(agent, &token).await),
+        None => Ok(None),
+    }
+}
+
+/// As [`sign_in_stored`], as work to run in the background (its failure is logged).
+pub(crate) fn stored_sign_in(
+    ctx: &Context,
+    agent: Arc<claude_host_agent::Agent>,
+) -> anyhow::Result<Option<futures::future::BoxFuture<'static, ()>>> {
+    let Some(token) = stored_sign_in_with(ctx)? else {
+        return Ok(None);
+    };
+    Ok(Some(Box::pin(async move {
+        if let Some(why) = try_sign_in(&agent, &token).await {
+            tracing::warn!(error = %why, "the stored GitHub credential was not accepted; sign in through the client");
+        }
+    })))
+}
+
+/// The stored GitHub token, when the Copilot upstream needs one.
+fn stored_sign_in_with(ctx: &Context) -> anyhow::Result<Option<String>> {
     if ctx.opts.upstream != "copilot" {
         return Ok(None);
     }
-    let Some(t) = ctx.github_token()? else {
-        return Ok(None);
-    };
-    Ok(agent
-        .authenticate(claude_host_agent::GITHUB_RESOURCE, &t.token)
+    Ok(ctx.github_token()?.map(|t| t.token))
+}
+
+async fn try_sign_in(agent: &claude_host_agent::Agent, token: &str) -> Option<String> {
+    agent
+        .authenticate(claude_host_agent::GITHUB_RESOURCE, token)
         .await
         .err()
-        .map(|e| e.to_string()))
+        .map(|e| e.to_string())
 }

@@ -120,25 +120,7 @@ pub async fn locate(
     home: &Path,
     install: bool,
 ) -> Result<FoundCli, FindError> {
-    let candidate = if let Some(p) = explicit {
-        Some((p.to_owned(), Origin::Explicit))
-    } else if let Some(p) = pinned_binary(home) {
-        Some((p, Origin::Pinned))
-    } else {
-        which("claude").map(|p| (p, Origin::Path))
-    };
-    let (path, origin) = match candidate {
-        Some(c) => c,
-        None if install => {
-            eprintln!("Claude Code CLI not found; installing the pinned version {PINNED_VERSION}…");
-            (install_pinned(home, false).await?, Origin::Pinned)
-        }
-        None => {
-            return Err(FindError::NotFound {
-                pinned_dir: install_dir(home).display().to_string(),
-            });
-        }
-    };
+    let (path, origin) = locate_path(explicit, home, install).await?;
     let version = version_of(&path).await?;
     if version != PINNED_VERSION {
         tracing::warn!(path = %path.display(), %version, pinned = PINNED_VERSION, "using a Claude Code version other than the pinned one");
@@ -148,6 +130,46 @@ pub async fn locate(
         version,
         origin,
     })
+}
+
+/// The version of an npm-installed CLI from the `package.json` beside its binary (no process
+/// started); `None` when the binary is not in a Claude Code package.
+pub fn packaged_version(path: &Path) -> Option<String> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let text = std::fs::read_to_string(real.parent()?.join("package.json")).ok()?;
+    let manifest: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let name = manifest.get("name")?.as_str()?;
+    if !name.starts_with("@anthropic-ai/claude-code") {
+        return None;
+    }
+    manifest.get("version")?.as_str().map(str::to_owned)
+}
+
+/// As [`locate`], without running the CLI to ask its version (about 30 ms): for servers that
+/// answer their first client before any CLI is needed. A broken CLI then shows when a session
+/// starts one.
+pub async fn locate_path(
+    explicit: Option<&Path>,
+    home: &Path,
+    install: bool,
+) -> Result<(PathBuf, Origin), FindError> {
+    let candidate = if let Some(p) = explicit {
+        Some((p.to_owned(), Origin::Explicit))
+    } else if let Some(p) = pinned_binary(home) {
+        Some((p, Origin::Pinned))
+    } else {
+        which("claude").map(|p| (p, Origin::Path))
+    };
+    match candidate {
+        Some(c) => Ok(c),
+        None if install => {
+            eprintln!("Claude Code CLI not found; installing the pinned version {PINNED_VERSION}…");
+            Ok((install_pinned(home, false).await?, Origin::Pinned))
+        }
+        None => Err(FindError::NotFound {
+            pinned_dir: install_dir(home).display().to_string(),
+        }),
+    }
 }
 
 fn is_executable(p: &Path) -> bool {

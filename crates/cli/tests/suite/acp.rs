@@ -1094,3 +1094,34 @@ async fn a_subagents_tool_calls_show_under_its_call_and_ask_the_editor() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_does_not_wait_for_the_stored_credentials_check_and_sessions_do() {
+    let h = Host::new().await;
+    h.fake
+        .push(rule(Match::LastUserContains("checked".into()), Reply::text("Fine.")));
+    // GitHub takes its time to mint the Copilot token for the stored credential.
+    let gate = h.fake.hold_mints();
+    let mut child = spawn_acp(h.cmd());
+    let cwd = h.cwd();
+    let fake = &h.fake;
+    as_client(&mut child, Seen::default(), "allow", async move |cx| {
+        // The check is under way and held: initialize is answered all the same.
+        fake.wait_mints(1, WAIT).await.unwrap();
+        timed("initialize while the token is held", initialize(&cx)).await;
+        let pending = tokio::spawn(
+            cx.send_request(NewSessionRequest::new(cwd.clone()))
+                .block_task(),
+        );
+        // session/new waits for the check; once GitHub answers, it goes on.
+        gate.open();
+        let id = timed("session/new after the check", pending)
+            .await
+            .unwrap()
+            .unwrap()
+            .session_id;
+        let r = ask(&cx, &id, "all checked?").await;
+        assert_eq!(r.stop_reason, StopReason::EndTurn);
+    })
+    .await;
+}
