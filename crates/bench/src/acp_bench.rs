@@ -276,7 +276,10 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
     let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     let _ = child.kill().await;
     for _ in 0..200 {
-        if left.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+        if left
+            .iter()
+            .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

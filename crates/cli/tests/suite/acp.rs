@@ -1098,8 +1098,10 @@ async fn a_subagents_tool_calls_show_under_its_call_and_ask_the_editor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initialize_does_not_wait_for_the_stored_credentials_check_and_sessions_do() {
     let h = Host::new().await;
-    h.fake
-        .push(rule(Match::LastUserContains("checked".into()), Reply::text("Fine.")));
+    h.fake.push(rule(
+        Match::LastUserContains("checked".into()),
+        Reply::text("Fine."),
+    ));
     // GitHub takes its time to mint the Copilot token for the stored credential.
     let gate = h.fake.hold_mints();
     let mut child = spawn_acp(h.cmd());
