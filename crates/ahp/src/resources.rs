@@ -684,6 +684,14 @@ mod at {
         .map(drop)
     }
 
+    /// A new directory `name` in `dir` (mkdirat(2) does not follow a link at `name`).
+    pub(super) fn mkdir(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
+        let name = c(name)?;
+        // SAFETY: valid C string and descriptor.
+        check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })
+            .map(drop)
+    }
+
     pub(super) fn unlink(dir: &OwnedFd, name: &str) -> io::Result<()> {
         let name = c(OsStr::new(name))?;
         // SAFETY: valid C string and descriptor.
@@ -790,28 +798,35 @@ fn mkdir(roots: &Roots, p: ResourceMkdirParams) -> Result<ResourceMkdirResult, R
             format!("{} exists and is not a directory", base.display()),
         ));
     }
-    // One level at a time from the checked ancestor: mkdir(2) never follows a symlink
-    // planted at the name, where `create_dir_all` would walk through one.
+    // One level at a time, each relative to the descriptor of the one before, reached from
+    // the root without following a link: a folder swapped for a symlink meanwhile fails the
+    // call instead of sending the new folders outside the root (mkdir(2) itself never follows
+    // a link planted at the name).
+    let mut fd = open_dir_beneath(roots, &base).map_err(|e| io_error(&path, &e))?;
     let mut dir = base;
     for name in rest.components() {
+        let Component::Normal(name) = name else {
+            return Err(RpcError::new(
+                code::PERMISSION_DENIED,
+                format!("{} is outside the working directories", path.display()),
+            ));
+        };
         dir.push(name);
-        match fs::create_dir(&dir) {
+        match at::mkdir(&fd, name, 0o777) {
             Ok(()) => {}
-            // Made meanwhile by someone else: fine if it is a real directory.
-            Err(e)
-                if e.kind() == io::ErrorKind::AlreadyExists
-                    && fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(RpcError::new(
-                    code::ALREADY_EXISTS,
-                    format!("{} exists and is not a directory", dir.display()),
-                ));
-            }
+            // Made meanwhile by someone else: fine if it is a real directory (checked by the
+            // no-follow open below).
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_error(&path, &e)),
         }
+        fd = at::open_dir(Some(&fd), name).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOTDIR | libc::ELOOP) => RpcError::new(
+                code::ALREADY_EXISTS,
+                format!("{} exists and is not a directory", dir.display()),
+            ),
+            _ => io_error(&path, &e),
+        })?;
     }
-    let made = fs::metadata(&dir).map_err(|e| io_error(&path, &e))?;
-    still_inside(roots, &path, &dir, &made)?;
     Ok(ResourceMkdirResult {})
 }
 
@@ -1213,28 +1228,10 @@ mod tests {
     async fn a_folder_swapped_for_a_link_mid_write_never_lets_a_write_out() {
         let env = Env::new();
         let sub = env.root().join("sub");
-        let parked = env.root().join("sub.real");
         fs::create_dir(&sub).unwrap();
         let outdir = env.outside().join("outdir");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Swaps `sub` for a link to a folder outside the root and back, as fast as it can.
-        let swapper = {
-            let (sub, parked, outdir, stop) =
-                (sub.clone(), parked.clone(), outdir.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut swaps = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    if fs::rename(&sub, &parked).is_ok() {
-                        let _ = symlink(&outdir, &sub);
-                        std::thread::yield_now();
-                        let _ = fs::remove_file(&sub);
-                        let _ = fs::rename(&parked, &sub);
-                        swaps += 1;
-                    }
-                }
-                swaps
-            })
-        };
+        let swapper = swap_for_a_link(&sub, &outdir, &stop);
         let mut landed = 0;
         for i in 0..3_000 {
             let f = sub.join(format!("f{i}.txt"));
@@ -1259,6 +1256,78 @@ mod tests {
         assert!(outside.is_empty(), "written outside the root: {outside:?}");
         assert!(swaps > 100, "the race was exercised: {swaps} swaps");
         assert!(landed > 0, "some writes succeeded inside");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_mid_mkdir_never_makes_a_folder_outside() {
+        let env = Env::new();
+        let sub = env.root().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let outdir = env.outside().join("outdir");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = swap_for_a_link(&sub, &outdir, &stop);
+        let mut made = 0;
+        for i in 0..2_000 {
+            let d = sub.join(format!("d{i}")).join("inner");
+            if env
+                .call("resourceMkdir", json!({"uri": u(&d)}))
+                .await
+                .is_ok()
+            {
+                made += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        let outside: Vec<String> = fs::read_dir(&outdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "inner.txt")
+            .collect();
+        assert!(outside.is_empty(), "made outside the root: {outside:?}");
+        assert!(swaps > 100, "the race was exercised: {swaps} swaps");
+        assert!(made > 0, "some folders were made inside");
+    }
+
+    /// Swaps folder `sub` for a symlink to `outside` and back, as fast as it can, until
+    /// `stop`; returns how many times. Each swap is one atomic exchange (renameat2's
+    /// RENAME_EXCHANGE), so `sub` always exists: nothing the host does in between can turn the
+    /// race into a plain missing folder (which `resourceMkdir` would rightly make anew).
+    #[allow(unsafe_code)]
+    fn swap_for_a_link(
+        sub: &Path,
+        outside: &Path,
+        stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<u64> {
+        use std::os::unix::ffi::OsStrExt;
+        let link = sub.with_extension("link");
+        symlink(outside, &link).unwrap();
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        let (a, b) = (c(sub), c(&link));
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let exchange = || {
+                // SAFETY: two valid C strings; the result is only counted.
+                unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                }
+            };
+            let mut swaps = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if exchange() == 0 {
+                    std::thread::yield_now();
+                    assert_eq!(exchange(), 0, "swapped back");
+                    swaps += 1;
+                }
+            }
+            swaps
+        })
     }
 
     /// Runs the named test again in a child process of this test binary whose files may not
