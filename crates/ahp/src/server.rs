@@ -20,9 +20,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot, watch};
+use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+
+/// How long a connection closed for an oversized message waits for the client to read why
+/// (closing sooner, with its unread data still queued, would reset the connection instead).
+const CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How the server listens and what it accepts.
 #[derive(Debug, Clone)]
@@ -438,18 +444,35 @@ async fn connection(
             }
         })
     };
+    // Why the connection ends, when the server ends it for a reason the client should see.
+    let (close_tx, close_rx) = oneshot::channel::<CloseFrame>();
     let writer = tokio::spawn(async move {
-        while let Some(frame) = out_rx.recv().await {
-            if sink
-                .send(Message::Text(frame.as_ref().into()))
-                .await
-                .is_err()
-            {
-                return;
+        let mut close_rx = close_rx;
+        let mut close_done = false;
+        loop {
+            tokio::select! {
+                // A reason to close comes first: the queue may end at the same moment.
+                biased;
+                reason = &mut close_rx, if !close_done => {
+                    close_done = true;
+                    if let Ok(frame) = reason {
+                        let _ = sink.send(Message::Close(Some(frame))).await;
+                        break;
+                    }
+                }
+                frame = out_rx.recv() => match frame {
+                    Some(frame) => {
+                        if sink.send(Message::Text(frame.as_ref().into())).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => break,
+                },
             }
         }
         let _ = sink.close().await;
     });
+    let mut close_tx = Some(close_tx);
     loop {
         tokio::select! {
             msg = incoming.next() => match msg {
@@ -460,6 +483,23 @@ async fn connection(
                 ),
                 Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => {}
+                Some(Err(tungstenite::Error::Capacity(e))) => {
+                    // Said with the code for it (1009), so the client knows why, and given a
+                    // moment to reach it before the socket closes.
+                    tracing::info!(%peer, error = %e, "closed a connection that sent a message over the limit");
+                    if let Some(tx) = close_tx.take() {
+                        let _ = tx.send(CloseFrame {
+                            code: CloseCode::Size,
+                            reason: format!(
+                                "message larger than the limit of {} bytes",
+                                config.max_message_bytes
+                            )
+                            .into(),
+                        });
+                    }
+                    let _ = tokio::time::timeout(CLOSE_LINGER, incoming.next()).await;
+                    break;
+                }
                 Some(Err(e)) => {
                     tracing::info!(%peer, error = %e, "connection error");
                     break;

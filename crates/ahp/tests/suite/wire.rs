@@ -225,3 +225,40 @@ async fn upgrades_that_stall_are_closed_and_capped() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_frame_is_closed_with_1009_not_reset() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let e = env_serving(HostConfig::default(), |s| s.max_message_bytes = 1024 * 1024).await;
+    let mut ws = raw(&e.url).await;
+    // 40 MiB of JSON string, forty times the limit, sent whole, as a client that ignores it
+    // would.
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"x\":\"{}\"}}}}",
+        "a".repeat(40 * 1024 * 1024)
+    );
+    // The server may stop reading before all of it is sent.
+    let _ = ws.send(Message::Text(big.into())).await;
+    let closed = tokio::time::timeout(WAIT, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => return Ok(frame),
+                Some(Ok(_)) => continue,
+                Some(Err(err)) => return Err(err.to_string()),
+                None => return Err("ended without a close frame".to_owned()),
+            }
+        }
+    })
+    .await
+    .expect("the server answers the oversized frame");
+    let frame = closed.expect("a close frame, not a reset");
+    let frame = frame.expect("the close frame has a code");
+    assert_eq!(frame.code, CloseCode::Size, "{frame:?}");
+    assert!(
+        frame.reason.contains("1048576"),
+        "the limit is named: {frame:?}"
+    );
+    // The server is fine: a new connection works.
+    let c = e.client().await;
+    c.ping().await.unwrap();
+}
