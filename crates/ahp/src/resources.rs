@@ -586,11 +586,11 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
         } else {
             // Linked, not renamed: a file someone created there meanwhile is not replaced.
             at::link(&dirfd, &tmp_name, name)?;
-            at::unlink(&dirfd, &tmp_name)
+            at::unlink(&dirfd, &tmp_name, false)
         }
     })();
     if let Err(e) = written {
-        let _ = at::unlink(&dirfd, &tmp_name);
+        let _ = at::unlink(&dirfd, &tmp_name, false);
         return Err(fail(e));
     }
     Ok(ResourceWriteResult {})
@@ -692,10 +692,49 @@ mod at {
             .map(drop)
     }
 
-    pub(super) fn unlink(dir: &OwnedFd, name: &str) -> io::Result<()> {
-        let name = c(OsStr::new(name))?;
+    /// Removes `name` in `dir`: a folder (which must be empty) with `folder`, else a file or
+    /// link (never what a link points to).
+    pub(super) fn unlink(dir: &OwnedFd, name: impl AsRef<OsStr>, folder: bool) -> io::Result<()> {
+        let name = c(name.as_ref())?;
+        let flags = if folder { libc::AT_REMOVEDIR } else { 0 };
         // SAFETY: valid C string and descriptor.
-        check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
+        check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+    }
+
+    /// Whether `name` in `dir` is a folder itself (a link to one is not).
+    pub(super) fn is_dir_nofollow(dir: &OwnedFd, name: &OsStr) -> io::Result<bool> {
+        let name = c(name)?;
+        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid C string, descriptor and out-pointer.
+        check(unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+    }
+
+    /// Removes folder `name` in `dir` with everything in it, each step relative to the
+    /// descriptor of the folder it is in, following no link.
+    pub(super) fn remove_tree(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+        let sub = open_dir(Some(dir), name)?;
+        // The listing is read through the descriptor's own /proc entry, which names the very
+        // folder opened, whatever its path has become since.
+        let listing = std::fs::read_dir(format!("/proc/self/fd/{}", sub.as_raw_fd()))?;
+        for entry in listing {
+            let entry = entry?;
+            let child = entry.file_name();
+            if entry.file_type()?.is_dir() {
+                remove_tree(&sub, &child)?;
+            } else {
+                unlink(&sub, &child, false)?;
+            }
+        }
+        unlink(dir, name, true)
     }
 }
 
@@ -842,16 +881,21 @@ fn delete(roots: &Roots, p: ResourceDeleteParams) -> Result<ResourceDeleteResult
             ),
         ));
     }
-    // `symlink_metadata`: a symlink is never taken for the directory it points to, so the
-    // link is removed and its target left alone.
-    let meta = fs::symlink_metadata(&entry).map_err(|e| io_error(&path, &e))?;
-    let removed = if !meta.is_dir() {
-        fs::remove_file(&entry)
+    // Removed relative to its folder's descriptor, reached from the root without following a
+    // link: a folder on the way swapped for a symlink meanwhile fails the call instead of
+    // deleting outside the root. The entry itself is never followed either (a symlink is
+    // removed, its target left alone).
+    let (Some(parent), Some(name)) = (entry.parent(), entry.file_name()) else {
+        return Err(denied(&path));
+    };
+    let dir = open_dir_beneath(roots, parent).map_err(|e| io_error(&path, &e))?;
+    let is_dir = at::is_dir_nofollow(&dir, name).map_err(|e| io_error(&path, &e))?;
+    let removed = if !is_dir {
+        at::unlink(&dir, name, false)
     } else if p.recursive == Some(true) {
-        // std's `remove_dir_all` does not follow symlinks inside the tree, races included.
-        fs::remove_dir_all(&entry)
+        at::remove_tree(&dir, name)
     } else {
-        fs::remove_dir(&entry)
+        at::unlink(&dir, name, true)
     };
     removed.map_err(|e| {
         if e.kind() == io::ErrorKind::DirectoryNotEmpty {
@@ -1287,6 +1331,48 @@ mod tests {
         assert!(outside.is_empty(), "made outside the root: {outside:?}");
         assert!(swaps > 100, "the race was exercised: {swaps} swaps");
         assert!(made > 0, "some folders were made inside");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_mid_delete_never_deletes_outside() {
+        let env = Env::new();
+        let sub = env.root().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let outdir = env.outside().join("outdir");
+        // The same names on both sides: a delete that escapes removes one outside.
+        for i in 0..1_000 {
+            fs::write(sub.join(format!("f{i}")), "inside").unwrap();
+            fs::write(outdir.join(format!("f{i}")), "outside").unwrap();
+            fs::create_dir_all(sub.join(format!("d{i}/x"))).unwrap();
+            fs::create_dir_all(outdir.join(format!("d{i}/x"))).unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = swap_for_a_link(&sub, &outdir, &stop);
+        let mut deleted = 0;
+        for i in 0..1_000 {
+            for (name, recursive) in [(format!("f{i}"), false), (format!("d{i}"), true)] {
+                let uri = u(&sub.join(name));
+                if env
+                    .call(
+                        "resourceDelete",
+                        json!({"uri": uri, "recursive": recursive}),
+                    )
+                    .await
+                    .is_ok()
+                {
+                    deleted += 1;
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        let missing: Vec<String> = (0..1_000)
+            .flat_map(|i| [format!("f{i}"), format!("d{i}/x")])
+            .filter(|n| !outdir.join(n).exists())
+            .collect();
+        assert!(missing.is_empty(), "deleted outside the root: {missing:?}");
+        assert!(swaps > 100, "the race was exercised: {swaps} swaps");
+        assert!(deleted > 0, "some deletes succeeded inside");
     }
 
     /// Swaps folder `sub` for a symlink to `outside` and back, as fast as it can, until
