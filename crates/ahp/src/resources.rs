@@ -669,6 +669,27 @@ mod at {
         .map(drop)
     }
 
+    /// Moves `from` in `from_dir` to `to` in `to_dir` (renameat(2) follows no link at either
+    /// name).
+    pub(super) fn rename_between(
+        from_dir: &OwnedFd,
+        from: &OsStr,
+        to_dir: &OwnedFd,
+        to: &OsStr,
+    ) -> io::Result<()> {
+        let (from, to) = (c(from)?, c(to)?);
+        // SAFETY: valid C strings and descriptors.
+        check(unsafe {
+            libc::renameat(
+                from_dir.as_raw_fd(),
+                from.as_ptr(),
+                to_dir.as_raw_fd(),
+                to.as_ptr(),
+            )
+        })
+        .map(drop)
+    }
+
     pub(super) fn link(dir: &OwnedFd, from: &str, to: &OsStr) -> io::Result<()> {
         let (from, to) = (c(OsStr::new(from))?, c(to)?);
         // SAFETY: valid C strings and descriptor; flags 0 does not follow a link at `from`.
@@ -930,22 +951,36 @@ fn rename(roots: &Roots, p: ResourceMoveParams) -> Result<ResourceMoveResult, Rp
     if from == to {
         return Ok(ResourceMoveResult {});
     }
+    // Both sides are reached from their root without following a link, and everything below
+    // is relative to those descriptors: a folder swapped for a symlink meanwhile fails the
+    // call instead of moving, replacing or removing anything outside the root.
+    let (Some(from_parent), Some(from_name), Some(to_parent), Some(to_name)) =
+        (from.parent(), from.file_name(), to.parent(), to.file_name())
+    else {
+        return Err(denied(&source));
+    };
+    let from_dir = open_dir_beneath(roots, from_parent).map_err(|e| io_error(&source, &e))?;
+    let to_dir = open_dir_beneath(roots, to_parent).map_err(|e| io_error(&destination, &e))?;
     // rename(2) replaces a file (or a link, unfollowed) atomically, which writers that save
     // through a temporary file rely on; a directory on either side has to go first.
-    clear_destination(
-        &to,
-        &destination,
-        p.fail_if_exists == Some(true),
-        meta.is_dir(),
-    )?;
-    match fs::rename(&from, &to) {
+    match at::is_dir_nofollow(&to_dir, to_name) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(&destination, &e)),
+        Ok(_) if p.fail_if_exists == Some(true) => return Err(already_exists(&destination)),
+        Ok(true) => at::remove_tree(&to_dir, to_name).map_err(|e| io_error(&destination, &e))?,
+        Ok(false) if meta.is_dir() => {
+            at::unlink(&to_dir, to_name, false).map_err(|e| io_error(&destination, &e))?;
+        }
+        Ok(false) => {}
+    }
+    match at::rename_between(&from_dir, from_name, &to_dir, to_name) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
             copy_entry(roots, &from, &to)?;
             let removed = if meta.is_dir() {
-                fs::remove_dir_all(&from)
+                at::remove_tree(&from_dir, from_name)
             } else {
-                fs::remove_file(&from)
+                at::unlink(&from_dir, from_name, false)
             };
             removed.map_err(|e| io_error(&source, &e))?;
         }
@@ -1373,6 +1408,51 @@ mod tests {
         assert!(missing.is_empty(), "deleted outside the root: {missing:?}");
         assert!(swaps > 100, "the race was exercised: {swaps} swaps");
         assert!(deleted > 0, "some deletes succeeded inside");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_mid_move_never_moves_outside() {
+        let env = Env::new();
+        let sub = env.root().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let outdir = env.outside().join("outdir");
+        for i in 0..1_000 {
+            fs::write(sub.join(format!("f{i}")), "inside").unwrap();
+            fs::write(outdir.join(format!("f{i}")), "outside").unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = swap_for_a_link(&sub, &outdir, &stop);
+        let mut moved = 0;
+        for i in 0..1_000 {
+            let (from, to) = (sub.join(format!("f{i}")), sub.join(format!("g{i}")));
+            if env
+                .call(
+                    "resourceMove",
+                    json!({"source": u(&from), "destination": u(&to)}),
+                )
+                .await
+                .is_ok()
+            {
+                moved += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        let touched: Vec<String> = fs::read_dir(&outdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('g'))
+            .collect();
+        let gone: Vec<String> = (0..1_000)
+            .map(|i| format!("f{i}"))
+            .filter(|n| !outdir.join(n).exists())
+            .collect();
+        assert!(
+            touched.is_empty() && gone.is_empty(),
+            "moved outside the root: {touched:?} {gone:?}"
+        );
+        assert!(swaps > 100, "the race was exercised: {swaps} swaps");
+        assert!(moved > 0, "some moves succeeded inside");
     }
 
     /// Swaps folder `sub` for a symlink to `outside` and back, as fast as it can, until
