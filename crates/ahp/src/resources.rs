@@ -722,6 +722,107 @@ mod at {
         check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
     }
 
+    /// The mode bits of `name` in `dir`, a link's own (not its target's).
+    pub(super) fn mode_nofollow(dir: &OwnedFd, name: &OsStr) -> io::Result<u32> {
+        let name = c(name)?;
+        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid C string, descriptor and out-pointer.
+        check(unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        Ok(st.st_mode)
+    }
+
+    /// Opens file `name` in `dir` to read (never through a link).
+    pub(super) fn open_read(dir: &OwnedFd, name: &OsStr) -> io::Result<File> {
+        let name = c(name)?;
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: as in `open_dir`.
+        let fd = check(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
+        // SAFETY: as in `open_dir`.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Where link `name` in `dir` points.
+    pub(super) fn read_link(dir: &OwnedFd, name: &OsStr) -> io::Result<std::ffi::OsString> {
+        use std::os::unix::ffi::OsStringExt;
+        let name = c(name)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid C string and descriptor; the buffer's length is passed.
+        let n = unsafe {
+            libc::readlinkat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+        buf.truncate(n);
+        Ok(std::ffi::OsString::from_vec(buf))
+    }
+
+    /// A new link `name` in `dir` pointing to `target`.
+    pub(super) fn symlink(target: &OsStr, dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
+        let (target, name) = (c(target)?, c(name)?);
+        // SAFETY: valid C strings and descriptor.
+        check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
+    }
+
+    /// Sets the mode of folder `name` in `dir` (a link is not followed: the walk opened it as a
+    /// folder without following).
+    pub(super) fn chmod_dir(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
+        let sub = open_dir(Some(dir), name)?;
+        // SAFETY: a valid descriptor.
+        check(unsafe { libc::fchmod(sub.as_raw_fd(), mode as libc::mode_t) }).map(drop)
+    }
+
+    /// Copies `name` in `from` to a new `to_name` in `to`: a folder with everything in it, a
+    /// link as a link, a file's bytes and mode; other kinds are skipped. Every step is
+    /// relative to the descriptors of the folders it is in, following no link.
+    pub(super) fn copy_tree(
+        from: &OwnedFd,
+        name: &OsStr,
+        to: &OwnedFd,
+        to_name: &OsStr,
+    ) -> io::Result<()> {
+        let mode = mode_nofollow(from, name)?;
+        match mode & libc::S_IFMT {
+            libc::S_IFLNK => symlink(&read_link(from, name)?, to, to_name),
+            libc::S_IFDIR => {
+                mkdir(to, to_name, 0o700)?;
+                let (src, dst) = (open_dir(Some(from), name)?, open_dir(Some(to), to_name)?);
+                // As in `remove_tree`: the listing of the very folder opened.
+                for entry in std::fs::read_dir(format!("/proc/self/fd/{}", src.as_raw_fd()))? {
+                    let child = entry?.file_name();
+                    copy_tree(&src, &child, &dst, &child)?;
+                }
+                // Last, so a read-only folder can still be filled.
+                chmod_dir(to, to_name, mode & 0o7777)
+            }
+            libc::S_IFREG => {
+                let mut src = open_read(from, name)?;
+                let to_name = to_name.to_str().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "a file name that is not UTF-8")
+                })?;
+                let mut dst = create_new(to, to_name, mode & 0o7777)?;
+                io::copy(&mut src, &mut dst)?;
+                use std::os::unix::fs::PermissionsExt;
+                dst.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+            }
+            _ => {
+                tracing::debug!("resourceCopy skips a special file");
+                Ok(())
+            }
+        }
+    }
+
     /// Whether `name` in `dir` is a folder itself (a link to one is not).
     pub(super) fn is_dir_nofollow(dir: &OwnedFd, name: &OsStr) -> io::Result<bool> {
         let name = c(name)?;
@@ -963,20 +1064,18 @@ fn rename(roots: &Roots, p: ResourceMoveParams) -> Result<ResourceMoveResult, Rp
     let to_dir = open_dir_beneath(roots, to_parent).map_err(|e| io_error(&destination, &e))?;
     // rename(2) replaces a file (or a link, unfollowed) atomically, which writers that save
     // through a temporary file rely on; a directory on either side has to go first.
-    match at::is_dir_nofollow(&to_dir, to_name) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_error(&destination, &e)),
-        Ok(_) if p.fail_if_exists == Some(true) => return Err(already_exists(&destination)),
-        Ok(true) => at::remove_tree(&to_dir, to_name).map_err(|e| io_error(&destination, &e))?,
-        Ok(false) if meta.is_dir() => {
-            at::unlink(&to_dir, to_name, false).map_err(|e| io_error(&destination, &e))?;
-        }
-        Ok(false) => {}
-    }
+    clear_at(
+        &to_dir,
+        to_name,
+        &destination,
+        p.fail_if_exists == Some(true),
+        meta.is_dir(),
+    )?;
     match at::rename_between(&from_dir, from_name, &to_dir, to_name) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
-            copy_entry(roots, &from, &to)?;
+            at::copy_tree(&from_dir, from_name, &to_dir, to_name)
+                .map_err(|e| io_error(&destination, &e))?;
             let removed = if meta.is_dir() {
                 at::remove_tree(&from_dir, from_name)
             } else {
@@ -1015,10 +1114,27 @@ fn copy(roots: &Roots, p: ResourceCopyParams) -> Result<ResourceCopyResult, RpcE
     if from == to {
         return Ok(ResourceCopyResult {});
     }
+    // Both sides are reached from their root without following a link and copied relative
+    // to those descriptors (see `at::copy_tree`): a folder swapped for a symlink meanwhile
+    // fails the call instead of reading or writing outside the root.
+    let (Some(from_parent), Some(from_name), Some(to_parent), Some(to_name)) =
+        (from.parent(), from.file_name(), to.parent(), to.file_name())
+    else {
+        return Err(denied(&source));
+    };
+    let from_dir = open_dir_beneath(roots, from_parent).map_err(|e| io_error(&source, &e))?;
+    let to_dir = open_dir_beneath(roots, to_parent).map_err(|e| io_error(&destination, &e))?;
     // Always cleared: the copy is created with O_EXCL, so a symlink left at the destination
     // is replaced rather than written through.
-    clear_destination(&to, &destination, p.fail_if_exists == Some(true), true)?;
-    copy_entry(roots, &from, &to)?;
+    clear_at(
+        &to_dir,
+        to_name,
+        &destination,
+        p.fail_if_exists == Some(true),
+        true,
+    )?;
+    at::copy_tree(&from_dir, from_name, &to_dir, to_name)
+        .map_err(|e| io_error(&destination, &e))?;
     Ok(ResourceCopyResult {})
 }
 
@@ -1055,62 +1171,29 @@ fn check_distinct(
 
 /// Makes way at a destination entry: refused with `failIfExists`, else a directory is
 /// removed (and, with `always`, anything else too; a symlink as the link itself).
-fn clear_destination(
-    to: &Path,
+fn clear_at(
+    dir: &std::os::fd::OwnedFd,
+    name: &std::ffi::OsStr,
     shown: &Path,
     fail_if_exists: bool,
     always: bool,
 ) -> Result<(), RpcError> {
-    let meta = match fs::symlink_metadata(to) {
-        Ok(meta) => meta,
+    let is_dir = match at::is_dir_nofollow(dir, name) {
+        Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io_error(shown, &e)),
     };
     if fail_if_exists {
         return Err(already_exists(shown));
     }
-    let removed = if meta.is_dir() {
-        fs::remove_dir_all(to)
+    let removed = if is_dir {
+        at::remove_tree(dir, name)
     } else if always {
-        fs::remove_file(to)
+        at::unlink(dir, name, false)
     } else {
         Ok(())
     };
     removed.map_err(|e| io_error(shown, &e))
-}
-
-/// Copies the entry `from` to the new name `to`: a directory recursively, a symlink as a
-/// link (never followed, so nothing outside a root is read through it), a regular file by
-/// content. Sockets, FIFOs and devices are skipped: they have no content to copy, and
-/// opening a FIFO would block.
-fn copy_entry(roots: &Roots, from: &Path, to: &Path) -> Result<(), RpcError> {
-    let meta = fs::symlink_metadata(from).map_err(|e| io_error(from, &e))?;
-    let kind = meta.file_type();
-    if kind.is_symlink() {
-        let target = fs::read_link(from).map_err(|e| io_error(from, &e))?;
-        std::os::unix::fs::symlink(&target, to).map_err(|e| io_error(to, &e))?;
-    } else if kind.is_dir() {
-        fs::create_dir(to).map_err(|e| io_error(to, &e))?;
-        for entry in fs::read_dir(from).map_err(|e| io_error(from, &e))? {
-            let entry = entry.map_err(|e| io_error(from, &e))?;
-            copy_entry(roots, &entry.path(), &to.join(entry.file_name()))?;
-        }
-        // Last, so a read-only directory can still be filled.
-        fs::set_permissions(to, meta.permissions()).map_err(|e| io_error(to, &e))?;
-    } else if kind.is_file() {
-        let mut src = open_verified(roots, from, from, OpenOptions::new().read(true))?;
-        let mut dst = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(to)
-            .map_err(|e| io_error(to, &e))?;
-        io::copy(&mut src, &mut dst).map_err(|e| io_error(to, &e))?;
-        dst.set_permissions(meta.permissions())
-            .map_err(|e| io_error(to, &e))?;
-    } else {
-        tracing::debug!(path = %from.display(), "resourceCopy skips a special file");
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -1453,6 +1536,53 @@ mod tests {
         );
         assert!(swaps > 100, "the race was exercised: {swaps} swaps");
         assert!(moved > 0, "some moves succeeded inside");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_mid_copy_never_reads_or_writes_outside() {
+        let env = Env::new();
+        let sub = env.root().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let outdir = env.outside().join("outdir");
+        for i in 0..1_000 {
+            fs::write(sub.join(format!("f{i}")), "inside").unwrap();
+            fs::write(outdir.join(format!("f{i}")), "outside").unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = swap_for_a_link(&sub, &outdir, &stop);
+        let mut copied = 0;
+        for i in 0..1_000 {
+            let (from, to) = (sub.join(format!("f{i}")), sub.join(format!("c{i}")));
+            if env
+                .call(
+                    "resourceCopy",
+                    json!({"source": u(&from), "destination": u(&to)}),
+                )
+                .await
+                .is_ok()
+            {
+                copied += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        let written_outside: Vec<String> = fs::read_dir(&outdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('c'))
+            .collect();
+        assert!(
+            written_outside.is_empty(),
+            "copied outside: {written_outside:?}"
+        );
+        let leaked: Vec<String> = (0..1_000)
+            .map(|i| sub.join(format!("c{i}")))
+            .filter(|p| fs::read_to_string(p).is_ok_and(|t| t != "inside"))
+            .map(|p| p.display().to_string())
+            .collect();
+        assert!(leaked.is_empty(), "read from outside: {leaked:?}");
+        assert!(swaps > 100, "the race was exercised: {swaps} swaps");
+        assert!(copied > 0, "some copies succeeded inside");
     }
 
     /// Swaps folder `sub` for a symlink to `outside` and back, as fast as it can, until
