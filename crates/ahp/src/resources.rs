@@ -1388,6 +1388,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_folder_swapped_for_a_link_mid_write_never_lets_a_write_out() {
+        let _one_at_a_time = STRESS.lock().await;
         let env = Env::new();
         let sub = env.root().join("sub");
         fs::create_dir(&sub).unwrap();
@@ -1422,6 +1423,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_folder_swapped_for_a_link_mid_mkdir_never_makes_a_folder_outside() {
+        let _one_at_a_time = STRESS.lock().await;
         let env = Env::new();
         let sub = env.root().join("sub");
         fs::create_dir(&sub).unwrap();
@@ -1453,6 +1455,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_folder_swapped_for_a_link_mid_delete_never_deletes_outside() {
+        let _one_at_a_time = STRESS.lock().await;
         let env = Env::new();
         let sub = env.root().join("sub");
         fs::create_dir(&sub).unwrap();
@@ -1495,6 +1498,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_folder_swapped_for_a_link_mid_move_never_moves_outside() {
+        let _one_at_a_time = STRESS.lock().await;
         let env = Env::new();
         let sub = env.root().join("sub");
         fs::create_dir(&sub).unwrap();
@@ -1540,6 +1544,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_folder_swapped_for_a_link_mid_copy_never_reads_or_writes_outside() {
+        let _one_at_a_time = STRESS.lock().await;
         let env = Env::new();
         let sub = env.root().join("sub");
         fs::create_dir(&sub).unwrap();
@@ -1584,6 +1589,10 @@ mod tests {
         assert!(swaps > 100, "the race was exercised: {swaps} swaps");
         assert!(copied > 0, "some copies succeeded inside");
     }
+
+    /// The symlink-race stress tests run one at a time: several at once on two cores can
+    /// starve a swapping thread so that its race is hardly exercised.
+    static STRESS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
     /// Swaps folder `sub` for a symlink to `outside` and back, as fast as it can, until
     /// `stop`; returns how many times. Each swap is one atomic exchange (renameat2's
