@@ -84,6 +84,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The answers to requests that open a session, which show its modes and config options.
+trait ShowsSettings: Sized {
+    /// The answer with the session's settings (`None`: the session has none yet).
+    fn settings(self, config: Option<&SessionConfigState>) -> Self;
+}
+
+macro_rules! shows_settings {
+    ($($response:ty),*) => {$(
+        impl ShowsSettings for $response {
+            fn settings(self, config: Option<&SessionConfigState>) -> Self {
+                match config {
+                    Some(c) => self.modes(config::modes(c)).config_options(config::options(c)),
+                    None => self,
+                }
+            }
+        }
+    )*};
+}
+
+shows_settings!(
+    NewSessionResponse,
+    LoadSessionResponse,
+    ResumeSessionResponse,
+    ForkSessionResponse
+);
+
 /// JSON-RPC "invalid params" with a reason.
 fn invalid(reason: impl Into<String>) -> Error {
     Error::invalid_params().data(Value::String(reason.into()))
@@ -319,11 +345,7 @@ impl Server {
             .map(|(h, _)| h.id().to_owned())
             .unwrap_or_default();
         let answer = result.map(|(handle, config)| {
-            let r = NewSessionResponse::new(handle.id().to_owned());
-            match &config {
-                Some(c) => r.modes(config::modes(c)).config_options(config::options(c)),
-                None => r,
-            }
+            NewSessionResponse::new(handle.id().to_owned()).settings(config.as_ref())
         });
         self.answer_opened(&id, responder, answer, cx);
     }
@@ -449,12 +471,7 @@ impl Server {
             .clone()
             .open_session(id.clone(), req.mcp_servers, true, cx.clone())
             .await;
-        let answer = opened.map(|config| match &config {
-            Some(c) => LoadSessionResponse::new()
-                .modes(config::modes(c))
-                .config_options(config::options(c)),
-            None => LoadSessionResponse::new(),
-        });
+        let answer = opened.map(|config| LoadSessionResponse::new().settings(config.as_ref()));
         self.answer_opened(&id, responder, answer, cx);
     }
 
@@ -469,12 +486,7 @@ impl Server {
             .clone()
             .open_session(id.clone(), req.mcp_servers, false, cx.clone())
             .await;
-        let answer = opened.map(|config| match &config {
-            Some(c) => ResumeSessionResponse::new()
-                .modes(config::modes(c))
-                .config_options(config::options(c)),
-            None => ResumeSessionResponse::new(),
-        });
+        let answer = opened.map(|config| ResumeSessionResponse::new().settings(config.as_ref()));
         self.answer_opened(&id, responder, answer, cx);
     }
 
@@ -534,11 +546,7 @@ impl Server {
             .map(|(f, _)| f.id().to_owned())
             .unwrap_or_default();
         let answer = result.map(|(fork, config)| {
-            let r = ForkSessionResponse::new(fork.id().to_owned());
-            match &config {
-                Some(c) => r.modes(config::modes(c)).config_options(config::options(c)),
-                None => r,
-            }
+            ForkSessionResponse::new(fork.id().to_owned()).settings(config.as_ref())
         });
         self.answer_opened(&id, responder, answer, cx);
     }

@@ -303,6 +303,36 @@ impl FakeUpstream {
         lock(&self.state.rules).push((rule, uses));
     }
 
+    /// Scripts a turn that hands work to a foreground subagent, each reply used once: a request
+    /// whose last user message contains `trigger` gets an `Agent` call with `prompt`; the
+    /// subagent's first request (its prompt is its last user message) gets a call of `tool`
+    /// with `input`; then the subagent answers `subagent_says` and the main loop `agent_says`,
+    /// in that order, since the main loop waits for its subagent.
+    pub fn script_subagent_tool(
+        &self,
+        trigger: &str,
+        prompt: &str,
+        (tool, input): (&str, Value),
+        subagent_says: &str,
+        agent_says: &str,
+    ) {
+        let once = |when, reply| Rule {
+            when,
+            reply,
+            times: Some(1),
+        };
+        self.push(once(
+            Match::LastUserContains(trigger.into()),
+            Reply::subagent_call(prompt),
+        ));
+        self.push(once(
+            Match::LastUserContains(prompt.into()),
+            Reply::tool_use(tool, input),
+        ));
+        self.push(once(Match::HasToolResult, Reply::text(subagent_says)));
+        self.push(once(Match::HasToolResult, Reply::text(agent_says)));
+    }
+
     /// The reply when no rule matches (default: the text `ok`).
     pub fn set_default_reply(&self, reply: Reply) {
         *lock(&self.state.default_reply) = reply;

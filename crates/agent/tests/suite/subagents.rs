@@ -17,24 +17,16 @@ fn once(when: Match, reply: Reply) -> Rule {
 /// A main turn that hands work to a foreground subagent, which runs `ls` and reports.
 fn script_helper(e: &Env) {
     std::fs::write(e.dir.path().join("work/a.txt"), "hello").unwrap();
-    e.fake.push(once(
-        Match::LastUserContains("ask a helper".into()),
-        Reply::subagent_call("SUBPROMPT list the files"),
-    ));
-    e.fake.push(once(
-        Match::LastUserContains("SUBPROMPT".into()),
-        Reply::tool_use(
+    e.fake.script_subagent_tool(
+        "ask a helper",
+        "SUBPROMPT list the files",
+        (
             "Bash",
             json!({"command": "ls", "description": "List files"}),
         ),
-    ));
-    // The subagent's own answer comes first: the main loop waits for it.
-    e.fake
-        .push(once(Match::HasToolResult, Reply::text("Found a.txt.")));
-    e.fake.push(once(
-        Match::HasToolResult,
-        Reply::text("The helper found a.txt."),
-    ));
+        "Found a.txt.",
+        "The helper found a.txt.",
+    );
 }
 
 /// Every action published on any channel of the session until the main chat's turn ends,
@@ -438,23 +430,16 @@ async fn a_background_subagent_keeps_its_chat_running_past_the_turn_that_started
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagents_tool_that_needs_the_user_is_asked_about_in_its_own_chat() {
     let e = env().await;
-    e.fake.push(once(
-        Match::LastUserContains("ask a helper".into()),
-        Reply::subagent_call("SUBPROMPT make a file"),
-    ));
-    e.fake.push(once(
-        Match::LastUserContains("SUBPROMPT".into()),
-        Reply::tool_use(
+    e.fake.script_subagent_tool(
+        "ask a helper",
+        "SUBPROMPT make a file",
+        (
             "Bash",
             json!({"command": "touch made.txt", "description": "Make a file"}),
         ),
-    ));
-    e.fake
-        .push(once(Match::HasToolResult, Reply::text("Made it.")));
-    e.fake.push(once(
-        Match::HasToolResult,
-        Reply::text("The helper made it."),
-    ));
+        "Made it.",
+        "The helper made it.",
+    );
     let agent = e.agent(None).await;
     let s = agent.create_session(Default::default()).await.unwrap();
     let sender = s.clone();

@@ -1868,28 +1868,16 @@ async fn a_window_that_comes_back_in_time_still_runs_its_waiting_tool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vs_code_confirms_a_subagents_tool_call_in_the_subagents_chat() {
     let e = env().await;
-    let once = |when: Match, reply: Reply| Rule {
-        when,
-        reply,
-        times: Some(1),
-    };
-    e.fake.push(once(
-        Match::LastUserContains("ask a helper".into()),
-        Reply::subagent_call("SUBPROMPT make a file"),
-    ));
-    e.fake.push(once(
-        Match::LastUserContains("SUBPROMPT".into()),
-        Reply::tool_use(
+    e.fake.script_subagent_tool(
+        "ask a helper",
+        "SUBPROMPT make a file",
+        (
             "Bash",
             json!({"command": "touch made.txt", "description": "Make a file"}),
         ),
-    ));
-    e.fake
-        .push(once(Match::HasToolResult, Reply::text("Made it.")));
-    e.fake.push(once(
-        Match::HasToolResult,
-        Reply::text("The helper made it."),
-    ));
+        "Made it.",
+        "The helper made it.",
+    );
     let (mut c, model, chat) = session_ready(&e).await;
     let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
     let need = c
@@ -1933,28 +1921,16 @@ async fn vs_code_confirms_a_subagents_tool_call_in_the_subagents_chat() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagent_calls_a_windows_tool_in_the_subagents_chat() {
     let e = env().await;
-    let once = |when: Match, reply: Reply| Rule {
-        when,
-        reply,
-        times: Some(1),
-    };
-    e.fake.push(once(
-        Match::LastUserContains("ask a helper".into()),
-        Reply::subagent_call("SUBPROMPT check the tests"),
-    ));
-    e.fake.push(once(
-        Match::LastUserContains("SUBPROMPT".into()),
-        Reply::tool_use(
+    e.fake.script_subagent_tool(
+        "ask a helper",
+        "SUBPROMPT check the tests",
+        (
             "mcp__client__vscode_runTests",
             json!({"files": ["a.test.ts"]}),
         ),
-    ));
-    e.fake
-        .push(once(Match::HasToolResult, Reply::text("They pass.")));
-    e.fake.push(once(
-        Match::HasToolResult,
-        Reply::text("The helper says they pass."),
-    ));
+        "They pass.",
+        "The helper says they pass.",
+    );
     let (mut c, model, chat) = session_ready(&e).await;
     let turn = start_turn(&mut c, &chat, "Please ask a helper", &model).await;
     let need = c

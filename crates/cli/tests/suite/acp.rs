@@ -190,6 +190,31 @@ async fn ask(
     .unwrap()
 }
 
+/// Closes session `id`, forgets what the client was shown, and loads the session again: what
+/// `seen` then holds is the replay.
+async fn close_and_load(
+    cx: &ConnectionTo<Agent>,
+    seen: &Seen,
+    id: &agent_client_protocol::v1::schema::SessionId,
+    cwd: &std::path::Path,
+) {
+    timed(
+        "session/close",
+        cx.send_request(CloseSessionRequest::new(id.clone()))
+            .block_task(),
+    )
+    .await
+    .unwrap();
+    seen.clear();
+    timed(
+        "session/load",
+        cx.send_request(LoadSessionRequest::new(id.clone(), cwd.to_path_buf()))
+            .block_task(),
+    )
+    .await
+    .unwrap();
+}
+
 async fn timed<F: std::future::Future>(what: &str, f: F) -> F::Output {
     tokio::time::timeout(WAIT, f)
         .await
@@ -338,21 +363,7 @@ async fn an_editor_creates_prompts_approves_sees_the_diff_and_loads_the_same_his
         );
 
         // Closed, then loaded: the history replays as the same entries.
-        timed(
-            "session/close",
-            cx.send_request(CloseSessionRequest::new(id.clone()))
-                .block_task(),
-        )
-        .await
-        .unwrap();
-        s.clear();
-        timed(
-            "session/load",
-            cx.send_request(LoadSessionRequest::new(id.clone(), cwd.clone()))
-                .block_task(),
-        )
-        .await
-        .unwrap();
+        close_and_load(&cx, &s, &id, &cwd).await;
         let loaded = seen_session(&s, &id.0);
         assert_eq!(shown(&loaded), view, "load shows what the live client saw");
         assert!(
@@ -1006,28 +1017,16 @@ async fn always_allow_stops_asking_for_calls_like_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagents_tool_calls_show_under_its_call_and_ask_the_editor() {
     let h = Host::new().await;
-    let once = |when, reply| Rule {
-        when,
-        reply,
-        times: Some(1),
-    };
-    h.fake.push(once(
-        Match::LastUserContains("ask a helper".into()),
-        Reply::subagent_call("SUBPROMPT make a file"),
-    ));
-    h.fake.push(once(
-        Match::LastUserContains("SUBPROMPT".into()),
-        Reply::tool_use(
+    h.fake.script_subagent_tool(
+        "ask a helper",
+        "SUBPROMPT make a file",
+        (
             "Bash",
             json!({"command": "touch made-by-helper.txt", "description": "Make a file"}),
         ),
-    ));
-    h.fake
-        .push(once(Match::HasToolResult, Reply::text("Made it.")));
-    h.fake.push(once(
-        Match::HasToolResult,
-        Reply::text("The helper made it."),
-    ));
+        "Made it.",
+        "The helper made it.",
+    );
     let mut child = spawn_acp(h.cmd());
     let seen = Seen::default();
     let s = seen.clone();
@@ -1069,21 +1068,7 @@ async fn a_subagents_tool_calls_show_under_its_call_and_ask_the_editor() {
             "the subagent's own text stays in its chat"
         );
         // Loaded again: the subagent's call comes back under its parent.
-        timed(
-            "session/close",
-            cx.send_request(CloseSessionRequest::new(id.clone()))
-                .block_task(),
-        )
-        .await
-        .unwrap();
-        s.clear();
-        timed(
-            "session/load",
-            cx.send_request(LoadSessionRequest::new(id.clone(), cwd.clone()))
-                .block_task(),
-        )
-        .await
-        .unwrap();
+        close_and_load(&cx, &s, &id, &cwd).await;
         let loaded: Vec<Value> = shown(&seen_session(&s, &id.0))
             .into_iter()
             .filter(|e| e["entry"] == "tool")

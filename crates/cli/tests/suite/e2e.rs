@@ -442,27 +442,16 @@ async fn run_streams_text_and_json_and_denies_tools_without_a_terminal() {
 async fn run_shows_a_subagents_tool_calls_indented_under_its_call() {
     let h = Host::new().await;
     std::fs::write(h.cwd().join("a.txt"), "hello").unwrap();
-    h.fake.push(rule(
-        Match::LastUserContains("ask a helper".into()),
-        Reply::subagent_call("SUBPROMPT list the files"),
-    ));
-    h.fake.push(rule(
-        Match::LastUserContains("SUBPROMPT".into()),
-        Reply::tool_use(
+    h.fake.script_subagent_tool(
+        "ask a helper",
+        "SUBPROMPT list the files",
+        (
             "Bash",
             json!({"command": "ls", "description": "List files"}),
         ),
-    ));
-    h.fake.push(Rule {
-        when: Match::HasToolResult,
-        reply: Reply::text("Found a.txt."),
-        times: Some(1),
-    });
-    h.fake.push(Rule {
-        when: Match::HasToolResult,
-        reply: Reply::text("The helper found a.txt."),
-        times: Some(1),
-    });
+        "Found a.txt.",
+        "The helper found a.txt.",
+    );
     let mut c = h.cmd();
     c.args(["run", "please ask a helper"]);
     let out = blocking(move || run(c)).await;
