@@ -118,6 +118,9 @@ pub struct AgentConfig {
     pub disallowed_tools: Vec<String>,
     /// A shared store for transcripts and leases (`None`: transcripts stay local).
     pub durable: Option<Durable>,
+    /// Where sessions keep what their tool calls changed (`<dir>/<session id>`: content,
+    /// snapshots, log); `None` tracks nothing.
+    pub edits_dir: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -135,6 +138,7 @@ impl AgentConfig {
             idle_eviction: Duration::from_secs(600),
             disallowed_tools: Vec::new(),
             durable: None,
+            edits_dir: None,
         }
     }
 }
@@ -183,12 +187,22 @@ pub fn session_id_of(uri: &str) -> Option<(String, ChannelKind)> {
     if let Some((session, call)) = session_of_subagent_chat(uri) {
         return session_uri_id(&session).map(|id| (id.to_owned(), ChannelKind::Subagent(call)));
     }
+    if let Some((session, scope)) = changeset_of(uri) {
+        return session_uri_id(session).map(|id| (id.to_owned(), ChannelKind::Changeset(scope)));
+    }
     if let Some(id) = session_uri_id(uri) {
         return Some((id.to_owned(), ChannelKind::Session));
     }
     uuid::Uuid::parse_str(uri)
         .is_ok()
         .then(|| (uri.to_owned(), ChannelKind::Session))
+}
+
+/// The session URI and scope a changeset URI (`<session>/changeset/…`) names.
+fn changeset_of(uri: &str) -> Option<(&str, crate::edits::Scope)> {
+    let at = uri.find("/changeset/")?;
+    let session = &uri[..at];
+    crate::session::scope_of(session, uri).map(|scope| (session, scope))
 }
 
 #[derive(Default)]
@@ -284,6 +298,34 @@ impl Agent {
     /// The host-wide `serverSeq` counter (the AHP root channel numbers from it too).
     pub fn sequence(&self) -> &Sequence {
         &self.seq
+    }
+
+    /// A file version one of a session's tool calls read or wrote, by its content URI
+    /// (`claude-host-content:/<session>/<sha256>/…`).
+    pub async fn read_content(&self, uri: &str) -> Result<Vec<u8>, AgentError> {
+        let Some((session, hash)) = crate::edits::book::parse_content_uri(uri) else {
+            return Err(AgentError::Invalid(format!("{uri} is not a content URI")));
+        };
+        let Some(root) = &self.config.edits_dir else {
+            return Err(AgentError::Unsupported(
+                "this host does not track edits".into(),
+            ));
+        };
+        // Session ids are UUIDs: nothing else may become a path.
+        if uuid::Uuid::parse_str(session).is_err() {
+            return Err(AgentError::UnknownSession(session.to_owned()));
+        }
+        let path = root.join(session).join("content").join(hash);
+        let hash = hash.to_owned();
+        let read = tokio::task::spawn_blocking(move || std::fs::read(path)).await;
+        match read {
+            Ok(Ok(bytes)) => Ok(bytes),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(AgentError::Session(
+                ChatSessionError::Refused(crate::edits::EditError::NotKept(hash).to_string()),
+            )),
+            Ok(Err(e)) => Err(AgentError::Invalid(format!("cannot read {uri}: {e}"))),
+            Err(e) => Err(AgentError::Invalid(format!("cannot read {uri}: {e}"))),
+        }
     }
 
     /// Session-list changes (created, changed, removed).
@@ -440,7 +482,20 @@ impl Agent {
             Overlay::Known(Some(r)) => r.created_at,
             _ => now_millis(),
         };
+        let edits = self.config.edits_dir.as_ref().and_then(|dir| {
+            crate::edits::Tracker::open(
+                dir.join(&id),
+                working_directories.clone(),
+                crate::edits::Limits::default(),
+            )
+            .map(Arc::new)
+            .map_err(|e| {
+                tracing::warn!(session = %id, error = %e, "edits in this session are not tracked");
+            })
+            .ok()
+        });
         SessionSpec {
+            edits,
             on_exit: self.on_exit(&id),
             id,
             uris,
@@ -733,6 +788,11 @@ impl Agent {
             && let Some((id, ChannelKind::Session)) = reg.by_uri.get(&session)
         {
             return Some((id.clone(), ChannelKind::Subagent(call)));
+        }
+        if let Some((session, scope)) = changeset_of(uri)
+            && let Some((id, ChannelKind::Session)) = reg.by_uri.get(session)
+        {
+            return Some((id.clone(), ChannelKind::Changeset(scope)));
         }
         drop(reg);
         session_id_of(uri)

@@ -11,6 +11,7 @@ mod agent;
 pub mod attachments;
 pub mod completions;
 pub mod config;
+pub mod edits;
 pub mod listing;
 pub mod mapper;
 pub mod mirror;
@@ -30,6 +31,7 @@ pub use models::{
     GITHUB_RESOURCE, ModelAccess, PromptReporter, ProxyEndpoint, ProxyModels, UpstreamFactory,
 };
 pub use outbox::{Published, Sequence};
+pub use session::changeset_uri;
 pub use session::{
     ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionEvent,
     SessionHandle, SessionNotice, SessionSnapshot, SessionStatus, SessionSubscription, SessionUris,

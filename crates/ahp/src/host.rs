@@ -236,6 +236,9 @@ impl Host {
             ChannelKind::Subagent(call) => {
                 claude_host_protocol::uri::subagent_chat_uri(handle.resource(), call)
             }
+            ChannelKind::Changeset(scope) => {
+                claude_host_agent::changeset_uri(handle.resource(), scope)
+            }
         };
         if own != uri {
             // The session is live under other URIs (a client chose them).
@@ -261,6 +264,15 @@ impl Host {
             ChannelKind::Subagent(_) => {
                 let chat = s.subagents.into_iter().find(|c| c.resource == uri)?;
                 SnapshotState::Chat(Box::new(chat))
+            }
+            ChannelKind::Changeset(scope) => {
+                if let claude_host_agent::edits::Scope::Turn(t) = scope
+                    && !s.chat.turns.iter().any(|x| x.id == *t)
+                    && s.chat.active_turn.as_ref().is_none_or(|a| a.id != *t)
+                {
+                    return None;
+                }
+                SnapshotState::Changeset(Box::new(s.edits.changeset(scope)))
             }
         };
         Some(Snapshot {
@@ -600,6 +612,12 @@ impl Host {
     /// A `resource*` command, confined to the directories of the session named in
     /// `params._meta.session` (or of every live session and the default directory).
     pub(crate) async fn resource(&self, method: &str, params: &Value) -> Result<Value, RpcError> {
+        if method == "resourceRead"
+            && let Some(uri) = params.get("uri").and_then(Value::as_str)
+            && uri.starts_with(claude_host_agent::edits::book::CONTENT_SCHEME)
+        {
+            return self.read_content(uri, params).await;
+        }
         let session = params
             .get("_meta")
             .and_then(|m| m.get("session"))
@@ -628,6 +646,48 @@ impl Host {
             }
         })?;
         resources::handle(&roots, method, params.clone()).await
+    }
+
+    /// `resourceRead` of a file version a session's tool call read or wrote (the content URIs
+    /// of `fileEdit` results and changesets).
+    async fn read_content(&self, uri: &str, params: &Value) -> Result<Value, RpcError> {
+        let bytes = self.agent.read_content(uri).await.map_err(|e| match e {
+            AgentError::Invalid(m) => RpcError::invalid_params(m),
+            other => RpcError::new(code::NOT_FOUND, other.to_string()),
+        })?;
+        use base64::Engine as _;
+        let base64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let wants_base64 = params.get("encoding").and_then(Value::as_str) == Some("base64");
+        let (data, encoding) = if wants_base64 {
+            (base64(&bytes), "base64")
+        } else {
+            match String::from_utf8(bytes) {
+                Ok(text) => (text, "utf-8"),
+                Err(e) => (base64(e.as_bytes()), "base64"),
+            }
+        };
+        Ok(json!({"data": data, "encoding": encoding}))
+    }
+
+    /// `invokeChangesetOperation`: discard a file's or a whole changeset's edits.
+    pub(crate) async fn invoke_changeset_operation(
+        &self,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let p: ahp_types::commands::InvokeChangesetOperationParams = parse(params)?;
+        let Target::Session(handle, ChannelKind::Changeset(scope)) =
+            self.target(&p.channel).await?
+        else {
+            return Err(RpcError::invalid_params(format!(
+                "{} is not a changeset",
+                p.channel
+            )));
+        };
+        handle
+            .changeset_operation(scope, p.operation_id, p.target)
+            .await
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        Ok(json!({}))
     }
 
     /// `completions`: after `/`, the CLI's slash commands and skills; after `@`, files and

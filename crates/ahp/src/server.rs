@@ -665,6 +665,7 @@ async fn request(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, method: &str, p
         "sessionConfigCompletions" => host.session_config_completions(&params).await,
         "fetchTurns" => host.fetch_turns(&params).await,
         "completions" => host.completions(&params).await,
+        "invokeChangesetOperation" => host.invoke_changeset_operation(&params).await,
         m if resources::is_resource_method(m) => host.resource(m, &params).await,
         other => Err(RpcError::new(
             code::METHOD_NOT_FOUND,

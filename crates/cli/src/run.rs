@@ -301,6 +301,35 @@ fn indent(text: &str, depth: usize) -> String {
         .join("\n")
 }
 
+/// One line per changed file: `  +12 −3 src/a.ts` (created and deleted files say so).
+fn edit_summary(e: &ahp_types::state::ToolResultFileEditContent) -> String {
+    let uri = e
+        .after
+        .as_ref()
+        .or(e.before.as_ref())
+        .map(|s| s.uri.as_str())
+        .unwrap_or_default();
+    let path = claude_host_protocol::uri::file_path(uri).unwrap_or_else(|_| uri.into());
+    let shown = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| {
+            path.strip_prefix(cwd)
+                .ok()
+                .map(std::path::Path::to_path_buf)
+        })
+        .unwrap_or(path);
+    let (added, removed) = e
+        .diff
+        .as_ref()
+        .map_or((0, 0), |d| (d.added.unwrap_or(0), d.removed.unwrap_or(0)));
+    let what = match (&e.before, &e.after) {
+        (None, Some(_)) => " (new)",
+        (Some(_), None) => " (deleted)",
+        _ => "",
+    };
+    format!("    +{added} −{removed} {}{what}\n", shown.display())
+}
+
 /// What `run` prints for one chat action: a JSON line, or the plain text it adds.
 fn render(action: &StateAction, json: bool) -> Option<String> {
     if json {
@@ -331,10 +360,13 @@ fn render(action: &StateAction, json: bool) -> Option<String> {
                 })
                 .unwrap_or("");
             let first = text.lines().next().unwrap_or("");
-            Some(format!(
-                "  → {}\n",
-                first.chars().take(100).collect::<String>()
-            ))
+            let mut out = format!("  → {}\n", first.chars().take(100).collect::<String>());
+            for content in c.result.content.iter().flatten() {
+                if let ToolResultContent::FileEdit(e) = content {
+                    out.push_str(&edit_summary(e));
+                }
+            }
+            Some(out)
         }
         StateAction::ChatTurnComplete(_) | StateAction::ChatTurnCancelled(_) => Some("\n".into()),
         StateAction::ChatError(e) => {

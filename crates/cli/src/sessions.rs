@@ -290,6 +290,8 @@ pub(crate) async fn delete_session(
     } else {
         transcripts::delete_session(dir, id)?;
     }
+    claude_host_agent::edits::delete_session(&home.join("edits"), id)
+        .context("cannot remove the session's edit history")?;
     let store_path = home.join("sessions.sqlite");
     if db.is_none() && store_path.exists() {
         let store = claude_host_store::SqliteStore::open(&store_path).await?;

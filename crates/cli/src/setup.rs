@@ -385,6 +385,7 @@ pub(crate) async fn build_agent(
     let mut config = claude_host_agent::AgentConfig::new(cli, cwd);
     config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     config.allow_bypass_permissions = allow_bypass_permissions;
+    config.edits_dir = Some(ctx.home.join("edits"));
     config.durable = db.map(|db| claude_host_agent::Durable {
         db,
         host: host_name(),

@@ -10,3 +10,18 @@ pub mod pg;
 mod replies;
 
 pub use replies::{Block, Gate, Match, Reply, Rule};
+
+/// Runs git in `dir` with a fixed identity (so commits work on a machine with no git config);
+/// panics if it fails.
+pub fn git(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "claude-host tests")
+        .env("GIT_AUTHOR_EMAIL", "tests@claude-host.invalid")
+        .env("GIT_COMMITTER_NAME", "claude-host tests")
+        .env("GIT_COMMITTER_EMAIL", "tests@claude-host.invalid")
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "git {args:?} failed in {}", dir.display());
+}

@@ -2,11 +2,15 @@
 //! callback waits for its answer.
 
 use super::task::Internal;
+use crate::edits::Tracker;
+use crate::edits::tracker::{AFTER, BEFORE, HookInput};
 use async_trait::async_trait;
 use claude_host_protocol::frames::CanUseTool;
 use claude_host_sdk::{Callbacks, CancellationToken, PermissionResult};
 use serde::Deserialize;
+use serde_json::json;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// Routes one CLI's permission requests to the session task.
@@ -14,6 +18,8 @@ pub(super) struct Bridge {
     pub(super) tx: mpsc::UnboundedSender<Internal>,
     /// Which CLI of the session this is (a request from an old one is refused).
     pub(super) generation: u64,
+    /// Records what tool calls change (its hooks are registered when it is set).
+    pub(super) edits: Option<Arc<Tracker>>,
 }
 
 fn deny(message: &str) -> PermissionResult {
@@ -62,5 +68,41 @@ impl Callbacks for Bridge {
                 deny("withdrawn")
             }
         }
+    }
+
+    async fn hook_callback(
+        &self,
+        callback_id: String,
+        input: Value,
+        _cancel: CancellationToken,
+    ) -> Value {
+        let carry_on = json!({"continue": true});
+        let Some(tracker) = self.edits.clone() else {
+            return carry_on;
+        };
+        if callback_id != BEFORE && callback_id != AFTER {
+            return carry_on;
+        }
+        let input = match HookInput::deserialize(&input) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %e, "a tool hook the host cannot read; its edits are not tracked");
+                return carry_on;
+            }
+        };
+        // Runs before the hook is answered, so the tool waits for it: the snapshot before a
+        // command must be taken before the command runs.
+        let record = tokio::task::spawn_blocking(move || tracker.on_hook(&input)).await;
+        match record {
+            Ok(Some(record)) => {
+                let _ = self.tx.send(Internal::Edited {
+                    generation: self.generation,
+                    record,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "the edit tracker failed"),
+        }
+        carry_on
     }
 }

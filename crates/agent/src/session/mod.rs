@@ -7,7 +7,8 @@ mod bridge;
 mod client_tools;
 mod task;
 
-pub(crate) use task::{Overlay, SessionDurable, SessionSpec, spawn};
+pub use task::changeset_uri;
+pub(crate) use task::{Overlay, SessionDurable, SessionSpec, scope_of, spawn};
 
 use crate::outbox::{Published, ReplayRing};
 use ahp_types::actions::{ActionOrigin, StateAction};
@@ -86,6 +87,8 @@ pub enum ChannelKind {
     Chat,
     /// The chat of the subagent this tool call (its id) started.
     Subagent(String),
+    /// A changeset of the session's file edits.
+    Changeset(crate::edits::Scope),
 }
 
 /// What a session is doing, published by its task whenever it changes (cheap to read; the
@@ -131,6 +134,8 @@ pub struct SessionSnapshot {
     pub chat: ChatState,
     /// The subagents' chats, in the order they started.
     pub subagents: Vec<ChatState>,
+    /// What its tool calls changed on disk (changeset states are computed from it).
+    pub edits: Arc<crate::edits::EditBook>,
     /// The `serverSeq` it is at: every later action of the session has a higher one.
     pub seq: u64,
 }
@@ -565,6 +570,23 @@ impl SessionHandle {
             .await?
     }
 
+    /// Runs a changeset operation (`discard-file`, `discard-all`) on one of the session's
+    /// changesets; refused with a reason naming the file when it would lose a change.
+    pub async fn changeset_operation(
+        &self,
+        scope: crate::edits::Scope,
+        operation: String,
+        target: Option<ahp_types::commands::ChangesetOperationTarget>,
+    ) -> Result<(), ChatSessionError> {
+        self.ask(|reply| Command::ChangesetOperation {
+            scope,
+            operation,
+            target,
+            reply,
+        })
+        .await?
+    }
+
     /// Starts the CLI now, so the first prompt does not wait for it.
     pub async fn warm(&self) -> Result<(), ChatSessionError> {
         self.ask(|reply| Command::Warm { reply }).await?
@@ -689,6 +711,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         live_tasks: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         prompts: s.prompts,
         durable: None,
+        edits: None,
         on_exit: Box::new(|_| {}),
     })
 }

@@ -9,6 +9,9 @@ mod cli;
 mod client;
 mod disk;
 mod dispatch;
+mod edits;
+pub use edits::changeset_uri;
+pub(crate) use edits::scope_of;
 mod input;
 mod settings;
 mod subagents;
@@ -149,6 +152,13 @@ pub(crate) enum Command {
     Close {
         reply: oneshot::Sender<()>,
     },
+    /// `invokeChangesetOperation` on one of the session's changesets.
+    ChangesetOperation {
+        scope: crate::edits::Scope,
+        operation: String,
+        target: Option<ahp_types::commands::ChangesetOperationTarget>,
+        reply: Reply<()>,
+    },
 }
 
 /// How much a truncation keeps.
@@ -194,6 +204,17 @@ pub(crate) enum Internal {
         end: subagents::ChildEnd,
         turns: Vec<Turn>,
     },
+    /// A tool call changed files (from the edit tracker's hooks).
+    Edited {
+        generation: u64,
+        record: crate::edits::EditRecord,
+    },
+    /// A discard ran.
+    PutBack {
+        files: Vec<crate::edits::Composed>,
+        result: Result<(), String>,
+        reply: Reply<()>,
+    },
 }
 
 /// The host's overlay record of a session, as the task knows it.
@@ -221,6 +242,8 @@ pub(crate) struct SessionSpec {
     pub turns: Vec<Turn>,
     /// The chats of its subagents, as their transcripts left them.
     pub subagents: Vec<crate::subagent::RestoredSubagent>,
+    /// Records what its tool calls change on disk (`None`: not tracked).
+    pub edits: Option<Arc<crate::edits::Tracker>>,
     /// A transcript exists under `id`: the first CLI resumes it.
     pub resumable: bool,
     pub created_at: i64,
@@ -428,7 +451,10 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         default_chat: Some(spec.uris.chat.clone()),
         config: Some(config::state(schema, values)),
         customizations: None,
-        changesets: None,
+        changesets: spec
+            .edits
+            .as_ref()
+            .map(|_| edits::catalogue(&spec.uris.session)),
         input_needed: None,
         meta: None,
     };
@@ -453,6 +479,12 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         ended: ended.clone(),
     }));
     let turns_started = chat.turns.len();
+    let mut book = crate::edits::EditBook::new(&spec.id);
+    if let Some(t) = &spec.edits {
+        for line in t.read_log() {
+            book.apply(line);
+        }
+    }
     let instance = handle.instance();
     spec.live_tasks.fetch_add(1, Ordering::SeqCst);
     let task = Task {
@@ -514,7 +546,12 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         client_completed: std::collections::HashSet::new(),
         cli_tools: Vec::new(),
         client_grace: spec.client_grace,
+        edits: spec.edits,
+        book: Arc::new(book),
+        discarding: false,
     };
+    let mut task = task;
+    task.index_edits();
     tokio::spawn(task.run());
     handle
 }
@@ -671,6 +708,12 @@ struct Task {
     /// The clients' tools the live CLI offers.
     cli_tools: Vec<ahp_types::state::ToolDefinition>,
     client_grace: Duration,
+    /// Records what tool calls change on disk (`None`: not tracked).
+    edits: Option<Arc<crate::edits::Tracker>>,
+    /// What they changed; shared with snapshots (changed copy-on-write).
+    book: Arc<crate::edits::EditBook>,
+    /// A discard is running.
+    discarding: bool,
 }
 
 impl Task {
@@ -727,6 +770,12 @@ impl Task {
                     child.chat.resource.clone(),
                 )
             }
+            // A changeset's state is computed from the edit book; its actions are published
+            // directly (`edits::refresh_changesets`).
+            ChannelKind::Changeset(scope) => {
+                tracing::warn!(session = %self.id, ?scope, action = actions::kind(&action), "an action for a changeset published as state; dropped");
+                return;
+            }
         };
         if !matches!(outcome, ReduceOutcome::Applied) {
             tracing::debug!(session = %self.id, action = actions::kind(&action), ?outcome, "action did not change the state");
@@ -761,6 +810,7 @@ impl Task {
             ChannelKind::Session => self.uris.session.clone(),
             ChannelKind::Chat => self.uris.chat.clone(),
             ChannelKind::Subagent(call) => subagent_chat_uri(&self.uris.session, &call),
+            ChannelKind::Changeset(scope) => edits::changeset_uri(&self.uris.session, &scope),
         };
         self.outbox
             .publish(&channel, action, Some(origin), Some(why));
@@ -933,6 +983,12 @@ impl Task {
                 self.close_waiters.push(reply);
                 self.closing = true;
             }
+            Command::ChangesetOperation {
+                scope,
+                operation,
+                target,
+                reply,
+            } => self.changeset_operation(scope, operation, target, reply),
         }
     }
 
@@ -948,6 +1004,7 @@ impl Task {
             session: self.session.clone(),
             chat: self.chat.clone(),
             subagents: self.subagents.iter().map(|c| c.chat.clone()).collect(),
+            edits: self.book.clone(),
             seq: self.outbox.seq(),
         }
     }
@@ -1096,6 +1153,7 @@ fn refuse_command(cmd: Command) {
         | Command::Answer { reply, .. }
         | Command::Configure { reply, .. }
         | Command::Truncate { reply, .. }
+        | Command::ChangesetOperation { reply, .. }
         | Command::Warm { reply } => {
             let _ = reply.send(Err(ChatSessionError::Closed));
         }

@@ -99,6 +99,7 @@ async fn serve(
         dir.join("work"),
     );
     config.config_dir = Some(dir.join(".claude"));
+    config.edits_dir = Some(dir.join("edits"));
     config
         .extra_env
         .push(("HOME".into(), dir.display().to_string()));

@@ -10,6 +10,8 @@ use pretty_assertions::assert_eq;
 use std::collections::HashMap;
 use tokio_tungstenite::tungstenite::Message;
 
+mod edits;
+
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 

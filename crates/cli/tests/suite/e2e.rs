@@ -1063,3 +1063,81 @@ async fn client_supplied_values_cannot_forge_log_lines() {
         err.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_summarises_each_edit_and_json_carries_both_sides() {
+    let h = Host::new().await;
+    let a = h.cwd().join("a.txt");
+    std::fs::write(&a, "one\ntwo\nthree\n").unwrap();
+    h.fake.push(rule(
+        Match::LastUserContains("tidy up".into()),
+        Reply::tool_use(
+            "Write",
+            json!({"file_path": h.cwd().join("notes.md").to_str().unwrap(), "content": "# Notes\n- a\n"}),
+        ),
+    ));
+    h.fake.push(rule(
+        Match::LastUserContains("File created".into()),
+        Reply::tool_use(
+            "Edit",
+            json!({"file_path": a.to_str().unwrap(), "old_string": "two\n", "new_string": "2\n2b\n"}),
+        ),
+    ));
+    h.fake
+        .push(rule(Match::HasToolResult, Reply::text("Tidied.")));
+    let mut c = h.cmd();
+    c.current_dir(h.cwd());
+    c.args(["run", "--permission-mode", "acceptEdits", "please tidy up"]);
+    let out = blocking(move || run(c)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.contains(&"    +2 −0 notes.md (new)"), "{text}");
+    assert!(lines.contains(&"    +2 −1 a.txt"), "{text}");
+
+    // The JSON lines carry the edits with content URIs.
+    std::fs::write(&a, "one\ntwo\nthree\n").unwrap();
+    h.fake.push(rule(
+        Match::LastUserContains("once more".into()),
+        Reply::tool_use(
+            "Edit",
+            json!({"file_path": a.to_str().unwrap(), "old_string": "three", "new_string": "3"}),
+        ),
+    ));
+    h.fake
+        .push(rule(Match::HasToolResult, Reply::text("Again.")));
+    let mut c = h.cmd();
+    c.args([
+        "run",
+        "--json",
+        "--permission-mode",
+        "acceptEdits",
+        "once more",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    let edit = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["type"] == "chat/toolCallComplete")
+        .flat_map(|v| {
+            v["result"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|c| c["type"] == "fileEdit")
+        .expect("a fileEdit in the JSON output");
+    assert_eq!(edit["diff"], json!({"added": 1, "removed": 1}));
+    assert!(
+        edit["before"]["content"]["uri"]
+            .as_str()
+            .unwrap()
+            .starts_with("claude-host-content:/"),
+        "{edit}"
+    );
+}

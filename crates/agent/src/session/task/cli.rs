@@ -185,13 +185,15 @@ impl Task {
         let bridge = Arc::new(Bridge {
             tx: tx.clone(),
             generation,
+            edits: self.edits.clone(),
         });
+        let hooks = self.edits.is_some().then(crate::edits::tracker::hooks);
         let job = tokio::spawn(async move {
             let result = async {
                 let cli = ClaudeSession::spawn_with_mcp(opts, bridge, servers)
                     .map_err(|e| e.to_string())?;
                 let init = cli
-                    .initialize(None, json!({}))
+                    .initialize(hooks, json!({}))
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok((Box::new(cli), crate::completions::slash_commands(&init)))
@@ -280,6 +282,12 @@ impl Task {
                 self.on_client_tool(generation, tool_use_id, name, reply)
                     .await;
             }
+            Internal::Edited { generation, record } => self.on_edited(generation, record),
+            Internal::PutBack {
+                files,
+                result,
+                reply,
+            } => self.on_put_back(files, result, reply),
             Internal::Pump => {
                 self.next_queued();
                 self.pump().await;

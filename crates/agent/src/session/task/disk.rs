@@ -89,6 +89,14 @@ impl Task {
                 self.restart_needed = true;
             }
         }
+        let cut: Vec<String> = self
+            .chat
+            .turns
+            .iter()
+            .skip(keep_turns)
+            .map(|t| t.id.clone())
+            .collect();
+        self.drop_edits_of(&cut.iter().map(String::as_str).collect());
         match echo {
             Some((action, origin)) => self.publish(ChannelKind::Chat, action, Some(origin)),
             None => self.chat(StateAction::ChatTruncated(ChatTruncatedAction {

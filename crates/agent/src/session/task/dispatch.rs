@@ -162,6 +162,10 @@ impl Task {
                 "a subagent's chat is read-only: {} cannot be dispatched on it",
                 actions::kind(&a)
             )),
+            (ChannelKind::Changeset(_), a) => Err(format!(
+                "{} is not accepted on a changeset; use invokeChangesetOperation",
+                actions::kind(&a)
+            )),
         };
         if let Err(why) = outcome {
             self.reject(kind, copy, origin, why);

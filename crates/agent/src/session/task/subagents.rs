@@ -288,6 +288,9 @@ impl Task {
     /// tool opens the subagent's chat, and its end ends that chat's turn.
     pub(super) fn publish_mapped(&mut self, kind: &ChannelKind, actions: Vec<StateAction>) {
         for mut a in actions {
+            if let StateAction::ChatToolCallComplete(c) = &mut a {
+                self.attach_edits(c);
+            }
             match &mut a {
                 StateAction::ChatToolCallStart(s) if spawns_subagent(&s.tool_name) => {
                     s.meta = Some(meta(None, None));
@@ -654,7 +657,7 @@ fn replay_part(turn_id: &str, part: ResponsePart) -> Vec<StateAction> {
 }
 
 /// The id of a tool call in any state.
-fn tool_call_id_of(tc: &ToolCallState) -> &str {
+pub(super) fn tool_call_id_of(tc: &ToolCallState) -> &str {
     match tc {
         ToolCallState::Streaming(s) => &s.tool_call_id,
         ToolCallState::PendingConfirmation(s) => &s.tool_call_id,
