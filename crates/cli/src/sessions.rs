@@ -47,6 +47,15 @@ enum SessionsCommand {
         #[arg(long, value_name = "UUID")]
         at: Option<String>,
     },
+    /// Restore a checkpoint: put back every file Claude changed from turn TURN on (its
+    /// number, from 1, or its id), then cut the conversation before that turn.
+    Rewind {
+        /// Session id.
+        id: String,
+        /// The first turn to undo.
+        #[arg(long, value_name = "TURN")]
+        to: String,
+    },
     /// Delete a session's transcript (and, with a shared database, its copy there).
     Rm {
         /// Session id.
@@ -254,6 +263,26 @@ pub(crate) async fn run(
             } else {
                 println!("{new_id}");
                 eprintln!("Resume it with: claude-host claude --resume {new_id}");
+            }
+        }
+        SessionsCommand::Rewind { id, to } => {
+            let cwd = std::env::current_dir().context("no current directory")?;
+            let (agent, _usage) =
+                crate::setup::build_agent(ctx, cwd, false, None, "sessions").await?;
+            let session = agent
+                .open_session(id)
+                .await
+                .with_context(|| format!("cannot open session {id}"))?;
+            let rewound = session.rewind(to).await;
+            session.close().await;
+            let files = rewound.with_context(|| format!("cannot rewind session {id}"))?;
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"id": id, "rewound_to": to, "files_restored": files})
+                );
+            } else {
+                println!("Put back {files} file(s); the conversation now ends before turn {to}.");
             }
         }
         SessionsCommand::Rm { id } => {

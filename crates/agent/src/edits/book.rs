@@ -182,12 +182,17 @@ impl EditBook {
 
     /// The files changed in `scope`, each composed, in the order first changed.
     pub fn compose(&self, scope: &Scope) -> Vec<Composed> {
+        self.compose_where(|call| self.in_scope(scope, call))
+    }
+
+    /// The files the calls of these turns changed, each composed.
+    pub fn compose_turns(&self, turns: &HashSet<&str>) -> Vec<Composed> {
+        self.compose_where(|call| self.turn_of(call).is_some_and(|t| turns.contains(t)))
+    }
+
+    fn compose_where(&self, pick: impl Fn(&str) -> bool) -> Vec<Composed> {
         let mut files: Vec<Composed> = Vec::new();
-        for r in self
-            .records
-            .iter()
-            .filter(|r| self.in_scope(scope, &r.call))
-        {
+        for r in self.records.iter().filter(|r| pick(&r.call)) {
             for c in &r.changes {
                 if self.discarded.contains(&(r.call.clone(), c.path.clone())) {
                     continue;

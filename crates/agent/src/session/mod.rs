@@ -587,6 +587,18 @@ impl SessionHandle {
         .await?
     }
 
+    /// Restores the checkpoint before turn `to` (its id, or its 1-based number): every file
+    /// the turns from there on changed is put back, then those turns leave the conversation.
+    /// Returns how many files were put back; refused, changing nothing, when one of them was
+    /// changed on disk since.
+    pub async fn rewind(&self, to: &str) -> Result<usize, ChatSessionError> {
+        self.ask(|reply| Command::Rewind {
+            to: to.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
     /// Starts the CLI now, so the first prompt does not wait for it.
     pub async fn warm(&self) -> Result<(), ChatSessionError> {
         self.ask(|reply| Command::Warm { reply }).await?

@@ -152,6 +152,11 @@ pub(crate) enum Command {
     Close {
         reply: oneshot::Sender<()>,
     },
+    /// Puts back every file the turns from `to` on changed, then cuts those turns.
+    Rewind {
+        to: String,
+        reply: Reply<usize>,
+    },
     /// `invokeChangesetOperation` on one of the session's changesets.
     ChangesetOperation {
         scope: crate::edits::Scope,
@@ -208,6 +213,13 @@ pub(crate) enum Internal {
     Edited {
         generation: u64,
         record: crate::edits::EditRecord,
+    },
+    /// The files of a rewind were put back (or not).
+    Rewound {
+        files: usize,
+        keep: usize,
+        result: Result<(), String>,
+        reply: Reply<usize>,
     },
     /// A discard ran.
     PutBack {
@@ -989,6 +1001,7 @@ impl Task {
                 target,
                 reply,
             } => self.changeset_operation(scope, operation, target, reply),
+            Command::Rewind { to, reply } => self.rewind(&to, reply),
         }
     }
 
@@ -1155,6 +1168,9 @@ fn refuse_command(cmd: Command) {
         | Command::Truncate { reply, .. }
         | Command::ChangesetOperation { reply, .. }
         | Command::Warm { reply } => {
+            let _ = reply.send(Err(ChatSessionError::Closed));
+        }
+        Command::Rewind { reply, .. } => {
             let _ = reply.send(Err(ChatSessionError::Closed));
         }
         Command::Fork { reply, .. } => {

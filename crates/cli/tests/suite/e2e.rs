@@ -1141,3 +1141,114 @@ async fn run_summarises_each_edit_and_json_carries_both_sides() {
         "{edit}"
     );
 }
+
+/// Every file under `dir` (not `.claude`) with its bytes.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_rewind_puts_the_tree_back_byte_for_byte_as_it_was_after_turn_one() {
+    let h = Host::new().await;
+    let cwd = h.cwd();
+    std::fs::write(cwd.join("gone.txt"), "doomed\n").unwrap();
+    let path = |n: &str| cwd.join(n).to_str().unwrap().to_owned();
+    let once = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    h.fake.push(once(
+        Match::LastUserContains("turn one".into()),
+        Reply::tool_use(
+            "Write",
+            json!({"file_path": path("keep.txt"), "content": "k1\n"}),
+        ),
+    ));
+    h.fake.push(once(
+        Match::LastUserContains("turn two".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "sed -i s/k1/k2/ keep.txt && printf 'new\\n' > made.txt && rm gone.txt",
+                "description": "Shuffle files"}),
+        ),
+    ));
+    h.fake.push(once(
+        Match::LastUserContains("turn three".into()),
+        Reply::tool_use(
+            "Edit",
+            json!({"file_path": path("made.txt"), "old_string": "new", "new_string": "newer"}),
+        ),
+    ));
+    h.fake.push(rule(Match::HasToolResult, Reply::text("done")));
+    let turn = |args: Vec<String>| {
+        let mut c = h.cmd();
+        c.arg("run")
+            .arg("--permission-mode")
+            .arg("bypassPermissions")
+            .args(args);
+        async move {
+            let out = blocking(move || run(c)).await;
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out
+        }
+    };
+    let out = turn(vec!["--json".into(), "turn one".into()]).await;
+    let first: Value = serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap();
+    let id = first["id"].as_str().unwrap().to_owned();
+    let after_one = tree(&cwd);
+    assert_eq!(
+        after_one.get("keep.txt").map(Vec::as_slice),
+        Some(b"k1\n".as_slice())
+    );
+    let resume = |text: &str| vec!["--resume".to_owned(), id.clone(), text.to_owned()];
+    turn(resume("turn two")).await;
+    turn(resume("turn three")).await;
+    let after_three = tree(&cwd);
+    assert_eq!(
+        after_three.get("made.txt").map(Vec::as_slice),
+        Some(b"newer\n".as_slice())
+    );
+    assert!(!after_three.contains_key("gone.txt"));
+
+    // A change made since: refused, nothing touched.
+    std::fs::write(cwd.join("made.txt"), "mine\n").unwrap();
+    let mut c = h.cmd();
+    c.args(["sessions", "rewind", &id, "--to", "2"]);
+    let out = blocking(move || run(c)).await;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("made.txt changed on disk"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(cwd.join("made.txt")).unwrap(), b"mine\n");
+    std::fs::write(cwd.join("made.txt"), "newer\n").unwrap();
+
+    let mut c = h.cmd();
+    c.args(["sessions", "rewind", &id, "--to", "2"]);
+    let out = blocking(move || run(c)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(tree(&cwd), after_one, "byte for byte as after turn one");
+}

@@ -283,6 +283,12 @@ impl Task {
                     .await;
             }
             Internal::Edited { generation, record } => self.on_edited(generation, record),
+            Internal::Rewound {
+                files,
+                keep,
+                result,
+                reply,
+            } => self.rewound(files, keep, result, reply).await,
             Internal::PutBack {
                 files,
                 result,

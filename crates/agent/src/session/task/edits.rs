@@ -258,6 +258,87 @@ impl Task {
         let _ = reply.send(Ok(()));
     }
 
+    /// A checkpoint: puts back every file changed from turn `to` on (a turn id, or its
+    /// 1-based number), then cuts the conversation before that turn. All or nothing: a file
+    /// changed on disk since Claude's edit refuses it, naming the file.
+    pub(super) fn rewind(&mut self, to: &str, reply: Reply<usize>) {
+        let refuse = |reply: Reply<usize>, why: String| {
+            let _ = reply.send(Err(ChatSessionError::Refused(why)));
+        };
+        if self.turn.is_some() {
+            return refuse(reply, "cannot rewind while a turn is running".into());
+        }
+        if self.discarding {
+            return refuse(reply, "another changeset operation is running".into());
+        }
+        let index = match to.parse::<usize>() {
+            Ok(n) if (1..=self.chat.turns.len()).contains(&n) => n - 1,
+            Ok(n) => {
+                return refuse(
+                    reply,
+                    format!("no turn {n}; this session has {}", self.chat.turns.len()),
+                );
+            }
+            Err(_) => match self.chat.turns.iter().position(|t| t.id == to) {
+                Some(i) => i,
+                None => return refuse(reply, format!("no turn {to} in this session")),
+            },
+        };
+        let cut: HashSet<&str> = self.chat.turns[index..]
+            .iter()
+            .map(|t| t.id.as_str())
+            .collect();
+        let files = self.book.compose_turns(&cut);
+        let count = files.len();
+        let roots = self.working_directories.clone();
+        let tx = self.internal_tx.clone();
+        let store = self.edits.clone();
+        self.discarding = true;
+        tokio::spawn(async move {
+            let result = match store {
+                None => Ok(()),
+                Some(tracker) => tokio::task::spawn_blocking(move || {
+                    crate::edits::put_back(tracker.store(), &files, &roots)
+                })
+                .await
+                .map_err(|e| format!("the rewind did not finish: {e}"))
+                .and_then(|r| r.map_err(|e| e.to_string())),
+            };
+            let _ = tx.send(Internal::Rewound {
+                files: count,
+                keep: index,
+                result,
+                reply,
+            });
+        });
+    }
+
+    pub(super) async fn rewound(
+        &mut self,
+        files: usize,
+        keep: usize,
+        result: Result<(), String>,
+        reply: Reply<usize>,
+    ) {
+        self.discarding = false;
+        if let Err(why) = result {
+            tracing::info!(session = %self.id, reason = %why, "a rewind was refused");
+            let _ = reply.send(Err(ChatSessionError::Refused(why)));
+            return;
+        }
+        match self.truncate(super::Keep::Turns(keep), None).await {
+            Ok(()) => {
+                tracing::info!(session = %self.id, files, kept_turns = keep, "rewound the session");
+                let _ = reply.send(Ok(files));
+            }
+            Err(why) => {
+                let _ = reply.send(Err(ChatSessionError::Refused(format!(
+                    "the files were put back, but the conversation was not cut: {why}"
+                ))));
+            }
+        }
+    }
+
     /// Cuts the changes of calls in turns that left the conversation.
     pub(super) fn drop_edits_of(&mut self, turns: &HashSet<&str>) {
         let calls = self.book.calls_in(turns);
