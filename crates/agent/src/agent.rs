@@ -198,6 +198,13 @@ pub fn session_id_of(uri: &str) -> Option<(String, ChannelKind)> {
         .then(|| (uri.to_owned(), ChannelKind::Session))
 }
 
+/// The session URI a Bash call's terminal URI (`<session>/terminal/<call>`) belongs to.
+fn tool_terminal_of(uri: &str) -> Option<&str> {
+    let at = uri.find("/terminal/")?;
+    let call = &uri[at + "/terminal/".len()..];
+    (!call.is_empty() && !call.contains('/')).then(|| &uri[..at])
+}
+
 /// The session URI and scope a changeset URI (`<session>/changeset/…`) names.
 fn changeset_of(uri: &str) -> Option<(&str, crate::edits::Scope)> {
     let at = uri.find("/changeset/")?;
@@ -234,6 +241,9 @@ impl Registry {
         let h = self.by_id.remove(id)?;
         self.by_uri.remove(h.resource());
         self.by_uri.remove(h.chat_uri());
+        // Its terminals went with it.
+        self.by_uri
+            .retain(|_, (owner, kind)| !(owner == id && matches!(kind, ChannelKind::Terminal(_))));
         Some(h)
     }
 }
@@ -298,6 +308,31 @@ impl Agent {
     /// The host-wide `serverSeq` counter (the AHP root channel numbers from it too).
     pub fn sequence(&self) -> &Sequence {
         &self.seq
+    }
+
+    /// Makes `uri` name a terminal of live session `session_id` (until it is unbound or the
+    /// session leaves).
+    pub fn bind_terminal(&self, uri: &str, session_id: &str) -> Result<(), AgentError> {
+        let mut reg = lock(&self.registry);
+        if !reg.by_id.contains_key(session_id) {
+            return Err(AgentError::UnknownSession(session_id.to_owned()));
+        }
+        if reg.by_uri.contains_key(uri) {
+            return Err(AgentError::SessionExists(uri.to_owned()));
+        }
+        reg.by_uri.insert(
+            uri.to_owned(),
+            (session_id.to_owned(), ChannelKind::Terminal(uri.to_owned())),
+        );
+        Ok(())
+    }
+
+    /// Forgets a terminal URI.
+    pub fn unbind_terminal(&self, uri: &str) {
+        let mut reg = lock(&self.registry);
+        if matches!(reg.by_uri.get(uri), Some((_, ChannelKind::Terminal(_)))) {
+            reg.by_uri.remove(uri);
+        }
     }
 
     /// A file version one of a session's tool calls read or wrote, by its content URI
@@ -793,6 +828,11 @@ impl Agent {
             && let Some((id, ChannelKind::Session)) = reg.by_uri.get(session)
         {
             return Some((id.clone(), ChannelKind::Changeset(scope)));
+        }
+        if let Some(session) = tool_terminal_of(uri)
+            && let Some((id, ChannelKind::Session)) = reg.by_uri.get(session)
+        {
+            return Some((id.clone(), ChannelKind::Terminal(uri.to_owned())));
         }
         drop(reg);
         session_id_of(uri)

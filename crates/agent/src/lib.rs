@@ -21,6 +21,7 @@ pub mod questions;
 pub mod restore;
 mod session;
 mod subagent;
+pub mod terminal;
 
 pub use agent::{
     AHP_SESSION_PREFIX, Agent, AgentConfig, AgentError, CLAUDE_SESSION_PREFIX, Durable, NewSession,
@@ -31,11 +32,11 @@ pub use models::{
     GITHUB_RESOURCE, ModelAccess, PromptReporter, ProxyEndpoint, ProxyModels, UpstreamFactory,
 };
 pub use outbox::{Published, Sequence};
-pub use session::changeset_uri;
 pub use session::{
     ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionEvent,
     SessionHandle, SessionNotice, SessionSnapshot, SessionStatus, SessionSubscription, SessionUris,
 };
+pub use session::{NewTerminal, changeset_uri, tool_terminal_uri};
 
 /// Spawns a session that no [`Agent`] owns (tests, benchmarks, embedders that manage their
 /// own registry). It closes when its last handle is dropped.

@@ -239,6 +239,7 @@ impl Host {
             ChannelKind::Changeset(scope) => {
                 claude_host_agent::changeset_uri(handle.resource(), scope)
             }
+            ChannelKind::Terminal(own) => own.clone(),
         };
         if own != uri {
             // The session is live under other URIs (a client chose them).
@@ -264,6 +265,10 @@ impl Host {
             ChannelKind::Subagent(_) => {
                 let chat = s.subagents.into_iter().find(|c| c.resource == uri)?;
                 SnapshotState::Chat(Box::new(chat))
+            }
+            ChannelKind::Terminal(t) => {
+                let state = s.terminals.into_iter().find(|(u, _)| u == t)?.1;
+                SnapshotState::Terminal(Box::new(state))
             }
             ChannelKind::Changeset(scope) => {
                 if let claude_host_agent::edits::Scope::Turn(t) = scope
@@ -667,6 +672,119 @@ impl Host {
             }
         };
         Ok(json!({"data": data, "encoding": encoding}))
+    }
+
+    /// `createTerminal`: an interactive shell in one of a session's folders (the session named
+    /// in `_meta.session` or the claim, else the live session whose folders hold `cwd`).
+    pub(crate) async fn create_terminal(&self, params: &Value) -> Result<Value, RpcError> {
+        // Some VS Code versions name the channel `terminal`.
+        let mut params = params.clone();
+        if params.get("channel").is_none()
+            && let Some(t) = params.get("terminal").cloned()
+        {
+            params["channel"] = t;
+        }
+        let p: ahp_types::commands::CreateTerminalParams = parse(&params)?;
+        if self.agent.resolve(&p.channel).is_some() || p.channel == ROOT {
+            return Err(RpcError::invalid_params(format!(
+                "{} is already a channel",
+                p.channel
+            )));
+        }
+        let cwd = match &p.cwd {
+            Some(uri) => Some(
+                claude_host_protocol::uri::file_path(uri)
+                    .map_err(|e| RpcError::invalid_params(format!("`cwd`: {e}")))?,
+            ),
+            None => None,
+        };
+        let named = params
+            .get("_meta")
+            .and_then(|m| m.get("session"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or(match &p.claim {
+                ahp_types::state::TerminalClaim::Session(s) => Some(s.session.clone()),
+                ahp_types::state::TerminalClaim::Client(_) => None,
+            });
+        let handle = match named {
+            Some(uri) => match self.target(&uri).await? {
+                Target::Session(h, _) => h,
+                Target::Root => return Err(RpcError::invalid_params("not a session")),
+            },
+            None => {
+                let Some(dir) = cwd.as_ref().and_then(|d| d.canonicalize().ok()) else {
+                    return Err(RpcError::invalid_params(
+                        "name the session (`_meta.session`) or give a `cwd` in one of its folders",
+                    ));
+                };
+                self.agent
+                    .live_sessions()
+                    .into_iter()
+                    .find(|h| {
+                        h.status()
+                            .working_directories
+                            .iter()
+                            .filter_map(|w| w.canonicalize().ok())
+                            .any(|w| dir.starts_with(w))
+                    })
+                    .ok_or_else(|| {
+                        RpcError::new(
+                            code::PERMISSION_DENIED,
+                            format!("{} is not in any open session's folders", dir.display()),
+                        )
+                    })?
+            }
+        };
+        let cwd = match cwd {
+            Some(c) => c,
+            None => handle
+                .status()
+                .working_directories
+                .first()
+                .cloned()
+                .ok_or_else(|| RpcError::invalid_params("the session has no folder"))?,
+        };
+        let size = |v: Option<i64>, default: u16| {
+            v.and_then(|n| u16::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(default)
+        };
+        self.agent
+            .bind_terminal(&p.channel, handle.id())
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        let created = handle
+            .create_terminal(claude_host_agent::NewTerminal {
+                uri: p.channel.clone(),
+                cwd,
+                name: p.name.clone(),
+                size: (size(p.cols, 80), size(p.rows, 24)),
+                claim: p.claim.clone(),
+            })
+            .await;
+        if let Err(e) = created {
+            self.agent.unbind_terminal(&p.channel);
+            return Err(RpcError::new(code::PERMISSION_DENIED, e.to_string()));
+        }
+        Ok(Value::Null)
+    }
+
+    /// `disposeTerminal`: ends the shell and everything it started.
+    pub(crate) async fn dispose_terminal(&self, params: &Value) -> Result<Value, RpcError> {
+        let p: ahp_types::commands::DisposeTerminalParams = parse(params)?;
+        let Target::Session(handle, ChannelKind::Terminal(uri)) = self.target(&p.channel).await?
+        else {
+            return Err(RpcError::invalid_params(format!(
+                "{} is not a terminal",
+                p.channel
+            )));
+        };
+        handle
+            .dispose_terminal(&uri)
+            .await
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        self.agent.unbind_terminal(&uri);
+        Ok(Value::Null)
     }
 
     /// `invokeChangesetOperation`: discard a file's or a whole changeset's edits.

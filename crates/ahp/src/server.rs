@@ -666,6 +666,8 @@ async fn request(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, method: &str, p
         "fetchTurns" => host.fetch_turns(&params).await,
         "completions" => host.completions(&params).await,
         "invokeChangesetOperation" => host.invoke_changeset_operation(&params).await,
+        "createTerminal" => host.create_terminal(&params).await,
+        "disposeTerminal" => host.dispose_terminal(&params).await,
         m if resources::is_resource_method(m) => host.resource(m, &params).await,
         other => Err(RpcError::new(
             code::METHOD_NOT_FOUND,

@@ -14,6 +14,7 @@ pub mod transcripts;
 
 pub use mcp::SdkMcpServer;
 pub use options::SessionOptions;
+pub use process::kill_group;
 pub use session::{
     Callbacks, ClaudeSession, ControlError, DenyAll, PermissionResult, SessionError,
 };

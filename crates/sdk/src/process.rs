@@ -58,8 +58,9 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Sends `sig` to process group `pgid` (a group this process created).
 #[allow(unsafe_code)]
-pub(crate) fn kill_group(pgid: i32, sig: i32) {
+pub fn kill_group(pgid: i32, sig: i32) {
     if pgid > 1 {
         // SAFETY: kill(2) on a process group we created; a stale id at worst gets ESRCH.
         unsafe {

@@ -7,7 +7,7 @@ mod bridge;
 mod client_tools;
 mod task;
 
-pub use task::changeset_uri;
+pub use task::{NewTerminal, changeset_uri, tool_terminal_uri};
 pub(crate) use task::{Overlay, SessionDurable, SessionSpec, scope_of, spawn};
 
 use crate::outbox::{Published, ReplayRing};
@@ -89,6 +89,8 @@ pub enum ChannelKind {
     Subagent(String),
     /// A changeset of the session's file edits.
     Changeset(crate::edits::Scope),
+    /// A terminal (its URI): a client's shell, or a Bash call's output.
+    Terminal(String),
 }
 
 /// What a session is doing, published by its task whenever it changes (cheap to read; the
@@ -136,6 +138,8 @@ pub struct SessionSnapshot {
     pub subagents: Vec<ChatState>,
     /// What its tool calls changed on disk (changeset states are computed from it).
     pub edits: Arc<crate::edits::EditBook>,
+    /// Its terminals' states, by URI.
+    pub terminals: Vec<(String, ahp_types::state::TerminalState)>,
     /// The `serverSeq` it is at: every later action of the session has a higher one.
     pub seq: u64,
 }
@@ -594,6 +598,25 @@ impl SessionHandle {
     pub async fn rewind(&self, to: &str) -> Result<usize, ChatSessionError> {
         self.ask(|reply| Command::Rewind {
             to: to.to_owned(),
+            reply,
+        })
+        .await?
+    }
+
+    /// Opens a client's interactive terminal (a shell on a pseudo-terminal) in one of the
+    /// session's folders.
+    pub async fn create_terminal(&self, terminal: NewTerminal) -> Result<(), ChatSessionError> {
+        self.ask(|reply| Command::CreateTerminal {
+            terminal: Box::new(terminal),
+            reply,
+        })
+        .await?
+    }
+
+    /// Closes a terminal; its shell and everything it started are killed.
+    pub async fn dispose_terminal(&self, uri: &str) -> Result<(), ChatSessionError> {
+        self.ask(|reply| Command::DisposeTerminal {
+            uri: uri.to_owned(),
             reply,
         })
         .await?

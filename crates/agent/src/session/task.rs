@@ -10,8 +10,10 @@ mod client;
 mod disk;
 mod dispatch;
 mod edits;
+mod terminals;
 pub use edits::changeset_uri;
 pub(crate) use edits::scope_of;
+pub use terminals::{NewTerminal, tool_terminal_uri};
 mod input;
 mod settings;
 mod subagents;
@@ -152,6 +154,16 @@ pub(crate) enum Command {
     Close {
         reply: oneshot::Sender<()>,
     },
+    /// A client's interactive terminal.
+    CreateTerminal {
+        terminal: Box<terminals::NewTerminal>,
+        reply: Reply<()>,
+    },
+    /// Closes a terminal (its shell and everything it started are killed).
+    DisposeTerminal {
+        uri: String,
+        reply: Reply<()>,
+    },
     /// Puts back every file the turns from `to` on changed, then cuts those turns.
     Rewind {
         to: String,
@@ -213,6 +225,11 @@ pub(crate) enum Internal {
     Edited {
         generation: u64,
         record: crate::edits::EditRecord,
+    },
+    /// A terminal's shell wrote or exited.
+    Terminal {
+        uri: String,
+        event: crate::terminal::PtyEvent,
     },
     /// The files of a rewind were put back (or not).
     Rewound {
@@ -561,6 +578,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         edits: spec.edits,
         book: Arc::new(book),
         discarding: false,
+        terminals: Vec::new(),
     };
     let mut task = task;
     task.index_edits();
@@ -726,6 +744,8 @@ struct Task {
     book: Arc<crate::edits::EditBook>,
     /// A discard is running.
     discarding: bool,
+    /// Its terminals: clients' shells and Bash calls' output.
+    terminals: Vec<terminals::Term>,
 }
 
 impl Task {
@@ -784,6 +804,16 @@ impl Task {
             }
             // A changeset's state is computed from the edit book; its actions are published
             // directly (`edits::refresh_changesets`).
+            ChannelKind::Terminal(uri) => {
+                let Some(t) = self.terminals.iter_mut().find(|t| t.uri == *uri) else {
+                    tracing::warn!(session = %self.id, terminal = %uri, action = actions::kind(&action), "an action for a terminal that does not exist; dropped");
+                    return;
+                };
+                let outcome = ahp::reducers::apply_action_to_terminal(&mut t.state, &action);
+                let uri = uri.clone();
+                self.trim_terminal(&uri);
+                (outcome, uri)
+            }
             ChannelKind::Changeset(scope) => {
                 tracing::warn!(session = %self.id, ?scope, action = actions::kind(&action), "an action for a changeset published as state; dropped");
                 return;
@@ -823,6 +853,7 @@ impl Task {
             ChannelKind::Chat => self.uris.chat.clone(),
             ChannelKind::Subagent(call) => subagent_chat_uri(&self.uris.session, &call),
             ChannelKind::Changeset(scope) => edits::changeset_uri(&self.uris.session, &scope),
+            ChannelKind::Terminal(uri) => uri,
         };
         self.outbox
             .publish(&channel, action, Some(origin), Some(why));
@@ -1002,6 +1033,8 @@ impl Task {
                 reply,
             } => self.changeset_operation(scope, operation, target, reply),
             Command::Rewind { to, reply } => self.rewind(&to, reply),
+            Command::CreateTerminal { terminal, reply } => self.create_terminal(*terminal, reply),
+            Command::DisposeTerminal { uri, reply } => self.dispose_terminal(&uri, reply),
         }
     }
 
@@ -1018,6 +1051,11 @@ impl Task {
             chat: self.chat.clone(),
             subagents: self.subagents.iter().map(|c| c.chat.clone()).collect(),
             edits: self.book.clone(),
+            terminals: self
+                .terminals
+                .iter()
+                .map(|t| (t.uri.clone(), t.state.clone()))
+                .collect(),
             seq: self.outbox.seq(),
         }
     }
@@ -1167,6 +1205,8 @@ fn refuse_command(cmd: Command) {
         | Command::Configure { reply, .. }
         | Command::Truncate { reply, .. }
         | Command::ChangesetOperation { reply, .. }
+        | Command::CreateTerminal { reply, .. }
+        | Command::DisposeTerminal { reply, .. }
         | Command::Warm { reply } => {
             let _ = reply.send(Err(ChatSessionError::Closed));
         }

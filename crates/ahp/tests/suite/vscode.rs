@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use tokio_tungstenite::tungstenite::Message;
 
 mod edits;
+mod terminals;
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

@@ -283,6 +283,7 @@ impl Task {
                     .await;
             }
             Internal::Edited { generation, record } => self.on_edited(generation, record),
+            Internal::Terminal { uri, event } => self.on_terminal_event(&uri, event),
             Internal::Rewound {
                 files,
                 keep,

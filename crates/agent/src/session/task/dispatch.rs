@@ -162,6 +162,13 @@ impl Task {
                 "a subagent's chat is read-only: {} cannot be dispatched on it",
                 actions::kind(&a)
             )),
+            (ChannelKind::Terminal(uri), a) => match self.terminal_action(&uri, &a) {
+                Ok(()) => {
+                    self.publish(ChannelKind::Terminal(uri.clone()), a, Some(origin.clone()));
+                    Ok(())
+                }
+                Err(why) => Err(why),
+            },
             (ChannelKind::Changeset(_), a) => Err(format!(
                 "{} is not accepted on a changeset; use invokeChangesetOperation",
                 actions::kind(&a)

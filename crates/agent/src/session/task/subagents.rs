@@ -254,7 +254,7 @@ fn decorate(turns: &mut [Turn], spawns: &HashMap<String, (String, Spawn)>) {
 }
 
 impl Task {
-    fn subagent(&self, call: &str) -> Option<&Subagent> {
+    pub(super) fn subagent(&self, call: &str) -> Option<&Subagent> {
         self.subagents.iter().find(|c| c.call == call)
     }
 
@@ -290,6 +290,9 @@ impl Task {
         for mut a in actions {
             if let StateAction::ChatToolCallComplete(c) = &mut a {
                 self.attach_edits(c);
+                if let Some(command) = self.bash_command(kind, &c.turn_id, &c.tool_call_id) {
+                    self.attach_terminal(c, &command);
+                }
             }
             match &mut a {
                 StateAction::ChatToolCallStart(s) if spawns_subagent(&s.tool_name) => {

@@ -164,6 +164,37 @@ async fn vs_code_sees_each_edit_reads_both_sides_and_discards_from_the_turns_cha
         ]
     );
 
+    // The Bash call also has its output as a terminal VS Code can follow.
+    let bash = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["toolCall"]["toolName"] == "Bash")
+        .unwrap();
+    let term = bash["toolCall"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "terminal")
+        .unwrap_or_else(|| panic!("a terminal result: {bash}"))
+        .clone();
+    assert_eq!(term["result"]["exitCode"], 0, "{term}");
+    assert_eq!(term["isPty"], false);
+    let t = c
+        .ok("subscribe", json!({"channel": term["resource"]}))
+        .await;
+    assert_eq!(t["snapshot"]["state"]["lifecycle"]["status"], "exited", "{t}");
+    let seq = c
+        .dispatch(
+            term["resource"].as_str().unwrap(),
+            json!({"type": "terminal/input", "data": "ls\n"}),
+        )
+        .await;
+    assert!(
+        c.echo(seq).await["rejectionReason"].is_string(),
+        "read-only"
+    );
+
     // The session lists a per-turn changeset; the turn's holds exactly its three files, two
     // edits of a.txt composed.
     let state = c.ok("subscribe", json!({"channel": session})).await;
