@@ -183,6 +183,48 @@ impl Tracker {
         })
     }
 
+    /// What a file tool call would change, from its input, for the user to see before
+    /// approving it (`None`: not a file tool, or its outcome cannot be foreseen).
+    pub fn proposed(&self, tool: &str, input: &Value) -> Option<FileChange> {
+        let path = file_of(&HookInput {
+            hook_event_name: String::new(),
+            tool_name: tool.to_owned(),
+            tool_input: input.clone(),
+            tool_use_id: String::new(),
+        })?;
+        let old = read_if_file(&path);
+        let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        let replace = |content: String, edit: &Value| -> Option<String> {
+            let from = text(edit, "old_string")?;
+            let to = text(edit, "new_string")?;
+            if from.is_empty() || !content.contains(&from) {
+                return None;
+            }
+            let all = edit.get("replace_all").and_then(Value::as_bool) == Some(true);
+            Some(if all {
+                content.replace(&from, &to)
+            } else {
+                content.replacen(&from, &to, 1)
+            })
+        };
+        let new = match tool {
+            "Write" => text(input, "content")?,
+            "Edit" => replace(String::from_utf8(old.clone()?).ok()?, input)?,
+            "MultiEdit" => {
+                let mut content = String::from_utf8(old.clone()?).ok()?;
+                for edit in input.get("edits")?.as_array()? {
+                    content = replace(content, edit)?;
+                }
+                content
+            }
+            _ => return None,
+        };
+        if old.as_deref() == Some(new.as_bytes()) {
+            return None;
+        }
+        self.change(path, old.as_deref(), Some(new.as_bytes()))
+    }
+
     fn change(&self, path: PathBuf, old: Option<&[u8]>, new: Option<&[u8]>) -> Option<FileChange> {
         let keep = |bytes: &[u8]| match self.store.put(bytes) {
             Ok(b) => Some(b),

@@ -44,12 +44,23 @@ impl Callbacks for Bridge {
             }
         };
         let tool_use_id = request.tool_use_id.clone();
+        let proposed = match self.edits.clone() {
+            Some(tracker) => {
+                let (tool, input) = (request.tool_name.clone(), request.input.clone());
+                tokio::task::spawn_blocking(move || tracker.proposed(&tool, &input))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            None => None,
+        };
         let (reply, answer) = oneshot::channel();
         if self
             .tx
             .send(Internal::Permission {
                 generation: self.generation,
                 request: Box::new(request),
+                proposed,
                 reply,
             })
             .is_err()

@@ -196,6 +196,8 @@ pub(crate) enum Internal {
     Permission {
         generation: u64,
         request: Box<CanUseTool>,
+        /// What a file tool would change, shown before it is approved.
+        proposed: Option<crate::edits::FileChange>,
         reply: oneshot::Sender<PermissionResult>,
     },
     Withdrawn {
@@ -582,6 +584,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
     };
     let mut task = task;
     task.index_edits();
+    task.restore_edit_content();
     tokio::spawn(task.run());
     handle
 }

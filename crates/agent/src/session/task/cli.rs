@@ -254,8 +254,12 @@ impl Task {
             Internal::Permission {
                 generation,
                 request,
+                proposed,
                 reply,
-            } => self.on_permission(generation, *request, reply).await,
+            } => {
+                self.on_permission(generation, *request, proposed, reply)
+                    .await
+            }
             Internal::Withdrawn {
                 generation,
                 tool_use_id,

@@ -65,6 +65,37 @@ impl Task {
         }
     }
 
+    /// Restored turns' tool calls get the `fileEdit` content the live ones had.
+    pub(super) fn restore_edit_content(&mut self) {
+        let book = self.book.clone();
+        let id = self.id.clone();
+        let chats =
+            std::iter::once(&mut self.chat).chain(self.subagents.iter_mut().map(|s| &mut s.chat));
+        for chat in chats {
+            for turn in &mut chat.turns {
+                for part in &mut turn.response_parts {
+                    let ResponsePart::ToolCall(tc) = part else {
+                        continue;
+                    };
+                    let ahp_types::state::ToolCallState::Completed(done) = &mut tc.tool_call else {
+                        continue;
+                    };
+                    let Some(record) = book.record(&done.tool_call_id) else {
+                        continue;
+                    };
+                    let content = done.content.get_or_insert_with(Vec::new);
+                    if content
+                        .iter()
+                        .any(|c| matches!(c, ToolResultContent::FileEdit(_)))
+                    {
+                        continue;
+                    }
+                    content.extend(file_edit_parts(&id, record));
+                }
+            }
+        }
+    }
+
     /// The main chat's turn a tool call belongs to (a subagent's call: the turn of the call
     /// that started the subagent).
     fn owning_turn(&self, call: &str) -> Option<String> {
@@ -134,22 +165,8 @@ impl Task {
         let Some(record) = self.book.record(&c.tool_call_id) else {
             return;
         };
-        let content = c.result.content.get_or_insert_with(Vec::new);
-        for change in &record.changes {
-            let edit = book::file_edit(
-                &self.id,
-                &change.path,
-                change.before.as_ref(),
-                change.after.as_ref(),
-                change.added,
-                change.removed,
-            );
-            content.push(ToolResultContent::FileEdit(ToolResultFileEditContent {
-                before: edit.before,
-                after: edit.after,
-                diff: edit.diff,
-            }));
-        }
+        let parts = file_edit_parts(&self.id, record);
+        c.result.content.get_or_insert_with(Vec::new).extend(parts);
     }
 
     /// `invokeChangesetOperation` on one of the session's changesets.
@@ -358,6 +375,29 @@ impl Task {
         self.chat.turns.iter().any(|t| t.id == turn)
             || self.chat.active_turn.as_ref().is_some_and(|t| t.id == turn)
     }
+}
+
+/// A call's changes as `fileEdit` result parts.
+fn file_edit_parts(session_id: &str, record: &EditRecord) -> Vec<ToolResultContent> {
+    record
+        .changes
+        .iter()
+        .map(|change| {
+            let edit = book::file_edit(
+                session_id,
+                &change.path,
+                change.before.as_ref(),
+                change.after.as_ref(),
+                change.added,
+                change.removed,
+            );
+            ToolResultContent::FileEdit(ToolResultFileEditContent {
+                before: edit.before,
+                after: edit.after,
+                diff: edit.diff,
+            })
+        })
+        .collect()
 }
 
 /// The id of the turn of `chat` holding tool call `call`.

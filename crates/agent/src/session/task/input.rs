@@ -7,6 +7,7 @@ impl Task {
         &mut self,
         generation: u64,
         request: CanUseTool,
+        proposed: Option<crate::edits::FileChange>,
         reply: oneshot::Sender<PermissionResult>,
     ) {
         let live = match &self.cli {
@@ -88,7 +89,19 @@ impl Task {
                     ),
                 }
             };
-            self.publish_mapped(&kind, vec![actions::tool_call_ready(&turn_id, &id, ready)]);
+            let mut action = actions::tool_call_ready(&turn_id, &id, ready);
+            if let (StateAction::ChatToolCallReady(r), Some(c)) = (&mut action, &proposed) {
+                let edit = crate::edits::book::file_edit(
+                    &self.id,
+                    &c.path,
+                    c.before.as_ref(),
+                    c.after.as_ref(),
+                    c.added,
+                    c.removed,
+                );
+                r.edits = Some(ahp_types::state::FileEditCollection { items: vec![edit] });
+            }
+            self.publish_mapped(&kind, vec![action]);
             if let Some(call) = self.pending_call(&kind, &id) {
                 self.session(actions::tool_confirmation_needed(&chat_uri, &turn_id, call));
             }

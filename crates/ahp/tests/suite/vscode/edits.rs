@@ -164,6 +164,23 @@ async fn vs_code_sees_each_edit_reads_both_sides_and_discards_from_the_turns_cha
         ]
     );
 
+    // The Edit's confirmation showed its diff before it was approved.
+    let ready = c
+        .actions
+        .iter()
+        .find(|a| {
+            a["action"]["type"] == "chat/toolCallReady"
+                && a["action"]["confirmed"].is_null()
+                && a["action"]["edits"]["items"][0]["before"].is_object()
+        })
+        .unwrap_or_else(|| panic!("a confirmation with edits"))
+        .clone();
+    let before_approval = sides(&mut c, &ready["action"]["edits"]["items"][0]).await;
+    assert_eq!(
+        before_approval,
+        ("a.txt".to_owned(), b("one\ntwo\n"), b("one\nTWO\n"))
+    );
+
     // The Bash call also has its output as a terminal VS Code can follow.
     let bash = parts
         .as_array()
@@ -183,7 +200,10 @@ async fn vs_code_sees_each_edit_reads_both_sides_and_discards_from_the_turns_cha
     let t = c
         .ok("subscribe", json!({"channel": term["resource"]}))
         .await;
-    assert_eq!(t["snapshot"]["state"]["lifecycle"]["status"], "exited", "{t}");
+    assert_eq!(
+        t["snapshot"]["state"]["lifecycle"]["status"], "exited",
+        "{t}"
+    );
     let seq = c
         .dispatch(
             term["resource"].as_str().unwrap(),
@@ -357,4 +377,61 @@ async fn vs_code_sees_each_edit_reads_both_sides_and_discards_from_the_turns_cha
         .output()
         .unwrap();
     assert_eq!(String::from_utf8(status.stdout).unwrap(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_host_restart_the_edits_diffs_and_changeset_are_still_there() {
+    let mut e = env_with_store().await;
+    let file = e.work().join("kept.txt");
+    e.fake.push(Rule {
+        when: Match::LastUserContains("write it".into()),
+        reply: Reply::tool_use(
+            "Write",
+            json!({"file_path": file.to_str().unwrap(), "content": "kept\n"}),
+        ),
+        times: Some(1),
+    });
+    answer_always(&e, "Written.");
+    let client_id = uuid::Uuid::new_v4().to_string();
+    let (mut c, _) = vs_code(&e, &client_id).await;
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let turn = start_turn(&mut c, &chat, "Please write it", &model).await;
+    approve_until_end(&mut c, &chat, &turn).await;
+    drop(c);
+
+    e.restart().await;
+
+    let (mut c, _) = vs_code(&e, &client_id).await;
+    let snap = c.ok("subscribe", json!({"channel": chat})).await;
+    let restored = &snap["snapshot"]["state"]["turns"][0];
+    let call = restored["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "toolCall")
+        .unwrap();
+    let edit = call["toolCall"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "fileEdit")
+        .unwrap_or_else(|| panic!("the restored call keeps its edit: {call}"))
+        .clone();
+    assert_eq!(
+        sides(&mut c, &edit).await,
+        ("kept.txt".to_owned(), None, b("kept\n"))
+    );
+    let channel = format!(
+        "{session}/changeset/turn/{}",
+        restored["id"].as_str().unwrap()
+    );
+    let cs = c.ok("subscribe", json!({"channel": channel})).await;
+    assert_eq!(
+        cs["snapshot"]["state"]["files"].as_array().map(Vec::len),
+        Some(1),
+        "{cs}"
+    );
 }
