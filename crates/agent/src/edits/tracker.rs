@@ -128,6 +128,42 @@ impl Tracker {
             .map_err(|e| EditError::io(&path, e))
     }
 
+    /// Where the conversation was cut, when it was cut and no turn has been sent since:
+    /// (the transcript entry to resume at, the turns kept). Claude Code's transcript keeps the
+    /// cut turns until the next message branches off the entry, so a session reopened before
+    /// then must resume at it and show only the kept turns.
+    pub fn cut(&self) -> Option<(String, usize)> {
+        let text = std::fs::read_to_string(self.root.join("cut.json")).ok()?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        let anchor = v.get("anchor")?.as_str()?.to_owned();
+        let kept = usize::try_from(v.get("keptTurns")?.as_u64()?).ok()?;
+        Some((anchor, kept))
+    }
+
+    /// Records (or, with `None`, forgets) where the conversation was cut.
+    pub fn set_cut(&self, cut: Option<(&str, usize)>) -> Result<(), EditError> {
+        let path = self.root.join("cut.json");
+        match cut {
+            None => match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(EditError::io(&path, e)),
+                _ => Ok(()),
+            },
+            Some((anchor, kept)) => {
+                let text = json!({"anchor": anchor, "keptTurns": kept}).to_string();
+                let tmp = self.root.join(".cut.json.tmp");
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)
+                    .and_then(|mut f| f.write_all(text.as_bytes()))
+                    .and_then(|()| std::fs::rename(&tmp, &path))
+                    .map_err(|e| EditError::io(&path, e))
+            }
+        }
+    }
+
     /// Handles a hook: `Some` when a call's changes are known.
     pub fn on_hook(&self, input: &HookInput) -> Option<EditRecord> {
         match input.hook_event_name.as_str() {

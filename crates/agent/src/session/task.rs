@@ -581,8 +581,19 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         book: Arc::new(book),
         discarding: false,
         terminals: Vec::new(),
+        cut_pending: false,
     };
     let mut task = task;
+    // A cut made before the last close, with no turn since: resume at it, show what it kept.
+    if let Some((anchor, kept)) = task.edits.as_ref().and_then(|t| t.cut())
+        && task.resumable
+    {
+        task.chat.turns.truncate(kept);
+        task.turns_started = task.chat.turns.len();
+        task.prune_subagents();
+        task.resume_at = Some(anchor);
+        task.cut_pending = true;
+    }
     task.index_edits();
     task.restore_edit_content();
     tokio::spawn(task.run());
@@ -749,6 +760,8 @@ struct Task {
     discarding: bool,
     /// Its terminals: clients' shells and Bash calls' output.
     terminals: Vec<terminals::Term>,
+    /// The conversation was cut and no turn has gone to a CLI since (the cut is on disk).
+    cut_pending: bool,
 }
 
 impl Task {

@@ -1161,7 +1161,7 @@ fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_rewind_puts_the_tree_back_byte_for_byte_as_it_was_after_turn_one() {
+async fn sessions_rewind_puts_the_tree_back_as_it_was_after_turn_one_and_cuts_the_rest() {
     let h = Host::new().await;
     let cwd = h.cwd();
     std::fs::write(cwd.join("gone.txt"), "doomed\n").unwrap();
@@ -1251,4 +1251,21 @@ async fn sessions_rewind_puts_the_tree_back_byte_for_byte_as_it_was_after_turn_o
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(tree(&cwd), after_one, "byte for byte as after turn one");
+
+    // The conversation goes on from turn one: the cut outlived the process that made it.
+    h.fake.push(Rule {
+        when: Match::LastUserContains("turn four".into()),
+        reply: Reply::text("four"),
+        times: Some(1),
+    });
+    turn(resume("turn four")).await;
+    let last = h.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(
+        last.contains("turn one") && last.contains("turn four"),
+        "{last}"
+    );
+    assert!(
+        !last.contains("turn two") && !last.contains("turn three"),
+        "{last}"
+    );
 }

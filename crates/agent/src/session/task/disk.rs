@@ -86,6 +86,14 @@ impl Task {
                 self.resume_at = None;
             } else {
                 self.resume_at = self.anchor(keep_turns).await?;
+                if let (Some(t), Some(anchor)) = (&self.edits, &self.resume_at) {
+                    match t.set_cut(Some((anchor, keep_turns))) {
+                        Ok(()) => self.cut_pending = true,
+                        Err(e) => {
+                            tracing::warn!(session = %self.id, error = %e, "the cut is not kept past this process")
+                        }
+                    }
+                }
                 self.restart_needed = true;
             }
         }

@@ -147,6 +147,12 @@ impl Task {
                         if let Some(t) = self.turn.as_mut() {
                             t.phase = Phase::Sent;
                         }
+                        if std::mem::take(&mut self.cut_pending)
+                            && let Some(t) = &self.edits
+                            && let Err(e) = t.set_cut(None)
+                        {
+                            tracing::warn!(session = %self.id, error = %e, "a cut that is done could not be forgotten");
+                        }
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(session = %self.id, error = %e, "cannot send the prompt to the CLI");
