@@ -1402,13 +1402,22 @@ mod tests {
         let outdir = env.outside().join("outdir");
         prepare(&sub, &outdir);
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let swapper = swap_for_a_link(&sub, &outdir, &stop);
+        let swapped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let swapper = swap_for_a_link(&sub, &outdir, &stop, &swapped);
         let mut succeeded = 0;
-        for i in 0..calls {
+        // On a loaded machine the swapping thread may get little time while the calls run:
+        // the calls go on (bounded) until it has swapped often enough to have raced them.
+        let started = std::time::Instant::now();
+        let mut i = 0;
+        while i < calls
+            || (swapped.load(std::sync::atomic::Ordering::Relaxed) <= 100
+                && started.elapsed() < std::time::Duration::from_secs(60))
+        {
             let (method, params) = call(&sub, i);
             if env.call(method, params).await.is_ok() {
                 succeeded += 1;
             }
+            i += 1;
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let swaps = swapper.join().unwrap();
@@ -1563,6 +1572,7 @@ mod tests {
         sub: &Path,
         outside: &Path,
         stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+        swapped: &std::sync::Arc<std::sync::atomic::AtomicU64>,
     ) -> std::thread::JoinHandle<u64> {
         use std::os::unix::ffi::OsStrExt;
         let link = sub.with_extension("link");
@@ -1570,6 +1580,7 @@ mod tests {
         let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
         let (a, b) = (c(sub), c(&link));
         let stop = stop.clone();
+        let swapped = swapped.clone();
         std::thread::spawn(move || {
             let exchange = || {
                 // SAFETY: two valid C strings; the result is only counted.
@@ -1589,6 +1600,7 @@ mod tests {
                     std::thread::yield_now();
                     assert_eq!(exchange(), 0, "swapped back");
                     swaps += 1;
+                    swapped.store(swaps, std::sync::atomic::Ordering::Relaxed);
                     // The real folder gets as long a turn as the link, so calls that need it
                     // there several times over (a move opens two folders) still get through.
                     std::thread::yield_now();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 /// The fake upstream answering every request with `reply`, and a claude-host proxy in this
 /// process in front of it (a Copilot upstream signed in with the fake's token).
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
 pub async fn fake_behind_proxy(
     reply: Reply,
 ) -> anyhow::Result<(FakeUpstream, claude_host_proxy::ProxyHandle)> {
@@ -17,6 +18,14 @@ pub async fn fake_behind_proxy(
         reply,
         times: Some(usize::MAX),
     });
+    let proxy = proxy_for(&fake).await?;
+    Ok((fake, proxy))
+}
+
+/// A claude-host proxy in this process in front of `fake` (a Copilot upstream signed in with
+/// the fake's token).
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub async fn proxy_for(fake: &FakeUpstream) -> anyhow::Result<claude_host_proxy::ProxyHandle> {
     let copilot = CopilotUpstream::new(
         claude_host_upstream::http_client()?,
         "gho_fake_github_token".into(),
@@ -24,8 +33,8 @@ pub async fn fake_behind_proxy(
         ClientIdentity::default(),
         CopilotOptions::default(),
     );
-    let proxy =
+    Ok(
         claude_host_proxy::start(claude_host_proxy::ProxyConfig::default(), Arc::new(copilot))
-            .await?;
-    Ok((fake, proxy))
+            .await?,
+    )
 }

@@ -699,6 +699,8 @@ pub struct StandaloneSession {
     pub replay_capacity: usize,
     /// Told of every human message the session hands its CLI.
     pub prompts: Option<Arc<dyn crate::PromptReporter>>,
+    /// Where it records what its tool calls change (`None`: nothing is tracked).
+    pub edits_dir: Option<std::path::PathBuf>,
 }
 
 impl StandaloneSession {
@@ -713,6 +715,7 @@ impl StandaloneSession {
             client_tool_grace: Duration::from_secs(30),
             replay_capacity: 4096,
             prompts: None,
+            edits_dir: None,
         }
     }
 }
@@ -720,9 +723,15 @@ impl StandaloneSession {
 pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
     let id = s.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let (notices, _) = broadcast::channel(16);
-    let dirs = std::iter::once(s.opts.cwd.clone())
+    let dirs: Vec<std::path::PathBuf> = std::iter::once(s.opts.cwd.clone())
         .chain(s.opts.additional_directories.iter().cloned())
         .collect();
+    let edits = s.edits_dir.as_ref().and_then(|d| {
+        crate::edits::Tracker::open(d.join(&id), dirs.clone(), crate::edits::Limits::default())
+            .map(Arc::new)
+            .map_err(|e| tracing::warn!(error = %e, "edits in this session are not tracked"))
+            .ok()
+    });
     spawn(SessionSpec {
         uris: crate::agent::default_uris(&id),
         id,
@@ -746,7 +755,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         live_tasks: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         prompts: s.prompts,
         durable: None,
-        edits: None,
+        edits,
         on_exit: Box::new(|_| {}),
     })
 }
