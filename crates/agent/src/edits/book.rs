@@ -26,6 +26,9 @@ pub struct FileChange {
     pub added: u64,
     /// Lines removed.
     pub removed: u64,
+    /// Where it was before, when it was moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<PathBuf>,
 }
 
 /// Everything one tool call changed.
@@ -81,6 +84,8 @@ pub struct Composed {
     pub added: u64,
     /// Lines removed, summed over the changes.
     pub removed: u64,
+    /// Where it was before the first change, when it was moved.
+    pub from: Option<PathBuf>,
     /// The calls whose changes these are.
     pub calls: Vec<String>,
 }
@@ -197,8 +202,16 @@ impl EditBook {
                 if self.discarded.contains(&(r.call.clone(), c.path.clone())) {
                     continue;
                 }
-                match files.iter_mut().find(|f| f.path == c.path) {
-                    Some(f) => {
+                // A move continues the entry of the file it moved (which then lives at the
+                // new path), or starts one that remembers where it was.
+                let at = c.from.as_ref().unwrap_or(&c.path);
+                match files.iter().position(|f| f.path == *at) {
+                    Some(i) => {
+                        let f = &mut files[i];
+                        if c.from.is_some() {
+                            f.from = f.from.take().or_else(|| Some(f.path.clone()));
+                            f.path = c.path.clone();
+                        }
                         f.after = c.after.clone();
                         f.added += c.added;
                         f.removed += c.removed;
@@ -210,13 +223,20 @@ impl EditBook {
                         after: c.after.clone(),
                         added: c.added,
                         removed: c.removed,
+                        from: c.from.clone(),
                         calls: vec![r.call.clone()],
                     }),
                 }
             }
         }
-        // A file put back as it was (created then deleted, edited then reverted) is no change.
-        files.retain(|f| f.before != f.after);
+        // A file put back as it was (created then deleted, edited then reverted, moved back)
+        // is no change.
+        for f in &mut files {
+            if f.from.as_ref() == Some(&f.path) {
+                f.from = None;
+            }
+        }
+        files.retain(|f| f.before != f.after || f.from.is_some());
         files
     }
 
@@ -269,8 +289,9 @@ pub fn operations() -> Vec<ChangesetOperation> {
 pub fn changeset_file(session_id: &str, f: &Composed) -> ChangesetFile {
     ChangesetFile {
         id: file_uri(&f.path),
-        edit: file_edit(
+        edit: moved_file_edit(
             session_id,
+            f.from.as_deref(),
             &f.path,
             f.before.as_ref(),
             f.after.as_ref(),
@@ -291,18 +312,32 @@ pub fn file_edit(
     added: u64,
     removed: u64,
 ) -> FileEdit {
-    let side = |b: &Blob| FileEditSide {
-        uri: file_uri(path),
+    moved_file_edit(session_id, None, path, before, after, added, removed)
+}
+
+/// The `fileEdit` shape of a change that may have moved the file from `from` (a rename:
+/// the two sides name different files).
+pub fn moved_file_edit(
+    session_id: &str,
+    from: Option<&Path>,
+    path: &Path,
+    before: Option<&Blob>,
+    after: Option<&Blob>,
+    added: u64,
+    removed: u64,
+) -> FileEdit {
+    let side = |b: &Blob, at: &Path| FileEditSide {
+        uri: file_uri(at),
         content: ContentRef {
-            uri: content_uri(session_id, &b.hash, path),
+            uri: content_uri(session_id, &b.hash, at),
             size_hint: i64::try_from(b.size).ok(),
             content_type: None,
             nonce: None,
         },
     };
     FileEdit {
-        before: before.map(side),
-        after: after.map(side),
+        before: before.map(|b| side(b, from.unwrap_or(path))),
+        after: after.map(|b| side(b, path)),
         diff: Some(FileEditDiffStats {
             added: i64::try_from(added).ok(),
             removed: i64::try_from(removed).ok(),
@@ -376,6 +411,7 @@ mod tests {
             after: after.map(|a| Blob::of(a.as_bytes())),
             added: 1,
             removed: 1,
+            from: None,
         }
     }
 
@@ -421,6 +457,24 @@ mod tests {
         book.apply(record("c4", vec![change("/p/a", Some("3"), Some("1"))]));
         book.set_turn("c4", "t1");
         assert!(book.compose(&Scope::Turn("t1".into())).is_empty());
+    }
+
+    #[test]
+    fn a_move_then_an_edit_compose_into_one_entry_that_remembers_where_it_was() {
+        let mut book = EditBook::default();
+        let mut moved = change("/p/new", Some("x"), Some("x"));
+        moved.from = Some(PathBuf::from("/p/old"));
+        book.apply(record("c1", vec![moved]));
+        book.apply(record("c2", vec![change("/p/new", Some("x"), Some("y"))]));
+        let files = book.compose(&Scope::Session);
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(files[0].from, Some(PathBuf::from("/p/old")));
+        assert_eq!(files[0].path, PathBuf::from("/p/new"));
+        assert_eq!(files[0].before, Some(Blob::of(b"x")));
+        assert_eq!(files[0].after, Some(Blob::of(b"y")));
+        let edit = changeset_file("s", &files[0]).edit;
+        assert_eq!(edit.before.unwrap().uri, "file:///p/old");
+        assert_eq!(edit.after.unwrap().uri, "file:///p/new");
     }
 
     #[test]

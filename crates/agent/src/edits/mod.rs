@@ -83,8 +83,16 @@ pub fn put_back(
     let roots: Vec<PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
     let mut plan = Vec::with_capacity(files.len());
     for f in files {
-        if !inside(&f.path, &roots) {
-            return Err(EditError::Outside(f.path.clone()));
+        for p in std::iter::once(&f.path).chain(f.from.iter()) {
+            if !inside(p, &roots) {
+                return Err(EditError::Outside(p.clone()));
+            }
+        }
+        // A moved file goes back where it was, which must be free.
+        if let Some(from) = &f.from
+            && std::fs::symlink_metadata(from).is_ok()
+        {
+            return Err(EditError::Changed(from.clone()));
         }
         let now = match std::fs::symlink_metadata(&f.path) {
             Ok(m) if m.is_file() => Some(Blob::of(
@@ -103,17 +111,20 @@ pub fn put_back(
             })?),
             None => None,
         };
-        plan.push((&f.path, bytes));
+        plan.push((f, bytes));
     }
-    for (path, bytes) in plan {
-        match bytes {
-            None => match std::fs::remove_file(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(EditError::io(path, e));
-                }
-                _ => {}
-            },
-            Some(bytes) => write_replacing(path, &bytes)?,
+    let remove = |path: &Path| match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(EditError::io(path, e)),
+        _ => Ok(()),
+    };
+    for (f, bytes) in plan {
+        match (bytes, &f.from) {
+            (None, _) => remove(&f.path)?,
+            (Some(bytes), None) => write_replacing(&f.path, &bytes)?,
+            (Some(bytes), Some(from)) => {
+                write_replacing(from, &bytes)?;
+                remove(&f.path)?;
+            }
         }
     }
     Ok(())
@@ -190,6 +201,7 @@ mod tests {
                 after: Some(put("a2")),
                 added: 1,
                 removed: 1,
+                from: None,
                 calls: vec![],
             },
             Composed {
@@ -198,6 +210,7 @@ mod tests {
                 after: Some(put("b-new")),
                 added: 1,
                 removed: 0,
+                from: None,
                 calls: vec![],
             },
             Composed {
@@ -206,6 +219,7 @@ mod tests {
                 after: None,
                 added: 0,
                 removed: 1,
+                from: None,
                 calls: vec![],
             },
         ];
@@ -222,5 +236,25 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&a).unwrap(), "a1");
         assert!(!b.exists());
         assert_eq!(std::fs::read_to_string(&c).unwrap(), "c1");
+
+        // A moved file goes back where it was, and only if that place is free.
+        let (old, new) = (root.join("old.txt"), root.join("new.txt"));
+        std::fs::write(&new, "moved").unwrap();
+        let moved = vec![Composed {
+            path: new.clone(),
+            before: Some(put("moved")),
+            after: Some(put("moved")),
+            added: 0,
+            removed: 0,
+            from: Some(old.clone()),
+            calls: vec![],
+        }];
+        std::fs::write(&old, "in the way").unwrap();
+        let err = put_back(&store, &moved, std::slice::from_ref(&root)).unwrap_err();
+        assert!(matches!(&err, EditError::Changed(p) if *p == old), "{err}");
+        std::fs::remove_file(&old).unwrap();
+        put_back(&store, &moved, std::slice::from_ref(&root)).unwrap();
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "moved");
+        assert!(!new.exists());
     }
 }

@@ -20,6 +20,8 @@ pub struct RawChange {
     pub before: Option<String>,
     /// Its object after (`None`: it was deleted).
     pub after: Option<String>,
+    /// Where it was before, when it was moved (`path` is where it is now).
+    pub from: Option<PathBuf>,
 }
 
 /// A shadow over one working directory.
@@ -105,7 +107,8 @@ impl Shadow {
             "diff-tree",
             "-r",
             "-z",
-            "--no-renames",
+            // Moves are found (content at least half the same), as VS Code shows them.
+            "-M",
             before,
             after,
             "--",
@@ -120,8 +123,19 @@ impl Shadow {
             let Some(path) = fields.next() else { break };
             let head = String::from_utf8_lossy(head);
             let parts: Vec<&str> = head.trim_start_matches(':').split(' ').collect();
-            let [old_mode, new_mode, old, new, _status] = parts[..] else {
+            let [old_mode, new_mode, old, new, status] = parts[..] else {
                 continue;
+            };
+            let abs = |p: &[u8]| {
+                self.top
+                    .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(p))
+            };
+            // A move names both paths: where it was, then where it is.
+            let (from, path) = if status.starts_with('R') {
+                let Some(to) = fields.next() else { break };
+                (Some(abs(path)), to)
+            } else {
+                (None, path)
             };
             // Links and submodules are not files whose bytes can be shown or put back.
             let regular = |mode: &str| mode == "000000" || mode.starts_with("100");
@@ -130,11 +144,10 @@ impl Shadow {
             }
             let side = |oid: &str| (oid != NULL_OID).then(|| oid.to_owned());
             changes.push(RawChange {
-                path: self
-                    .top
-                    .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path)),
+                path: abs(path),
                 before: side(old),
                 after: side(new),
+                from,
             });
         }
         Ok(changes)
@@ -442,5 +455,16 @@ mod tests {
         let b = shadow.snapshot().unwrap();
         assert_eq!(shadow.changes(&a, &b).unwrap().len(), 1);
         assert!(shadow.changes(&b, &b).unwrap().is_empty());
+        // A move is one change that names both places.
+        std::fs::write(dir.join("f1"), "a line long enough to be recognised\n").unwrap();
+        let c = shadow.snapshot().unwrap();
+        std::fs::rename(dir.join("f1"), dir.join("moved")).unwrap();
+        let d = shadow.snapshot().unwrap();
+        let moved = shadow.changes(&c, &d).unwrap();
+        let real = dir.canonicalize().unwrap();
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        assert_eq!(moved[0].from, Some(real.join("f1")));
+        assert_eq!(moved[0].path, real.join("moved"));
+        assert_eq!(moved[0].before, moved[0].after);
     }
 }

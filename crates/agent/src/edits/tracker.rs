@@ -262,6 +262,16 @@ impl Tracker {
     }
 
     fn change(&self, path: PathBuf, old: Option<&[u8]>, new: Option<&[u8]>) -> Option<FileChange> {
+        self.moved(None, path, old, new)
+    }
+
+    fn moved(
+        &self,
+        from: Option<PathBuf>,
+        path: PathBuf,
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Option<FileChange> {
         let keep = |bytes: &[u8]| match self.store.put(bytes) {
             Ok(b) => Some(b),
             Err(e) => {
@@ -276,6 +286,7 @@ impl Tracker {
             after: new.and_then(keep),
             added,
             removed,
+            from,
         })
     }
 
@@ -335,7 +346,7 @@ impl Tracker {
                 if changes.iter().any(|x: &FileChange| x.path == c.path) {
                     continue;
                 }
-                changes.extend(self.change(c.path, old.as_deref(), new.as_deref()));
+                changes.extend(self.moved(c.from, c.path, old.as_deref(), new.as_deref()));
             }
         }
         changes

@@ -132,7 +132,11 @@ impl Task {
         if let Some(t) = &turn {
             book.set_turn(&record.call, t);
         }
-        let paths: Vec<PathBuf> = record.changes.iter().map(|c| c.path.clone()).collect();
+        let paths: Vec<PathBuf> = record
+            .changes
+            .iter()
+            .flat_map(|c| std::iter::once(c.path.clone()).chain(c.from.clone()))
+            .collect();
         for c in &record.changes {
             tracing::info!(session = %self.id, call = %record.call, tool = %record.tool, path = %c.path.display(), added = c.added, removed = c.removed, "a tool call changed a file");
         }
@@ -270,7 +274,10 @@ impl Task {
             }
             tracing::info!(session = %self.id, path = %f.path.display(), "discarded Claude's changes to a file");
         }
-        let paths: Vec<PathBuf> = files.iter().map(|f| f.path.clone()).collect();
+        let paths: Vec<PathBuf> = files
+            .iter()
+            .flat_map(|f| std::iter::once(f.path.clone()).chain(f.from.clone()))
+            .collect();
         self.refresh_changesets(&paths, turns);
         let _ = reply.send(Ok(()));
     }
@@ -383,8 +390,9 @@ fn file_edit_parts(session_id: &str, record: &EditRecord) -> Vec<ToolResultConte
         .changes
         .iter()
         .map(|change| {
-            let edit = book::file_edit(
+            let edit = book::moved_file_edit(
                 session_id,
+                change.from.as_deref(),
                 &change.path,
                 change.before.as_ref(),
                 change.after.as_ref(),
