@@ -118,6 +118,10 @@ pub struct AgentConfig {
     pub disallowed_tools: Vec<String>,
     /// A shared store for transcripts and leases (`None`: transcripts stay local).
     pub durable: Option<Durable>,
+    /// How long a session's Claude Code process may sit idle (no turn, nothing waiting, no
+    /// background task) before it is stopped; the session stays open and starts it again,
+    /// resuming, when a client opens it, types a prompt or sends one. `None` keeps it.
+    pub cli_idle: Option<Duration>,
     /// Where sessions keep what their tool calls changed (`<dir>/<session id>`: content,
     /// snapshots, log); `None` tracks nothing.
     pub edits_dir: Option<PathBuf>,
@@ -139,6 +143,7 @@ impl AgentConfig {
             disallowed_tools: Vec::new(),
             durable: None,
             edits_dir: None,
+            cli_idle: Some(Duration::from_secs(300)),
         }
     }
 }
@@ -531,6 +536,7 @@ impl Agent {
         });
         SessionSpec {
             edits,
+            cli_idle: self.config.cli_idle,
             on_exit: self.on_exit(&id),
             id,
             uris,

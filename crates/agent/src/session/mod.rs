@@ -665,6 +665,29 @@ impl SessionHandle {
         tokio::time::timeout(timeout, wait).await.ok().flatten()
     }
 
+    /// Waits (at most `timeout`) until the session's CLI is running (`true`) or not; whether
+    /// it got there.
+    pub async fn wait_cli(&self, running: bool, timeout: Duration) -> bool {
+        self.wait_status(|s| s.cli_pgid.is_some() == running, timeout)
+            .await
+            .is_some()
+    }
+
+    /// Waits (at most `timeout`) until the session's status satisfies `pred`; that status.
+    pub async fn wait_status(
+        &self,
+        pred: impl Fn(&SessionStatus) -> bool,
+        timeout: Duration,
+    ) -> Option<SessionStatus> {
+        let mut rx = self.0.status.clone();
+        let found = tokio::time::timeout(timeout, rx.wait_for(|s| pred(s) || s.closed))
+            .await
+            .ok()?
+            .ok()?
+            .clone();
+        pred(&found).then_some(found)
+    }
+
     /// Waits until some tool call needs confirmation, and returns its id.
     pub async fn next_confirmation(&self, timeout: Duration) -> Option<String> {
         self.next_waiting(timeout, |s| s.confirmations.first().cloned())
@@ -701,6 +724,8 @@ pub struct StandaloneSession {
     pub prompts: Option<Arc<dyn crate::PromptReporter>>,
     /// Where it records what its tool calls change (`None`: nothing is tracked).
     pub edits_dir: Option<std::path::PathBuf>,
+    /// How long its CLI may sit idle before it is stopped (`None`: kept while it is open).
+    pub cli_idle: Option<Duration>,
 }
 
 impl StandaloneSession {
@@ -716,6 +741,7 @@ impl StandaloneSession {
             replay_capacity: 4096,
             prompts: None,
             edits_dir: None,
+            cli_idle: None,
         }
     }
 }
@@ -756,6 +782,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         prompts: s.prompts,
         durable: None,
         edits,
+        cli_idle: s.cli_idle,
         on_exit: Box::new(|_| {}),
     })
 }

@@ -10,6 +10,7 @@ mod client;
 mod disk;
 mod dispatch;
 mod edits;
+mod evict;
 mod terminals;
 pub use edits::changeset_uri;
 pub(crate) use edits::scope_of;
@@ -275,6 +276,8 @@ pub(crate) struct SessionSpec {
     pub subagents: Vec<crate::subagent::RestoredSubagent>,
     /// Records what its tool calls change on disk (`None`: not tracked).
     pub edits: Option<Arc<crate::edits::Tracker>>,
+    /// How long its CLI may sit idle before it is stopped (`None`: kept while it is open).
+    pub cli_idle: Option<Duration>,
     /// A transcript exists under `id`: the first CLI resumes it.
     pub resumable: bool,
     pub created_at: i64,
@@ -582,6 +585,10 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         discarding: false,
         terminals: Vec::new(),
         cut_pending: false,
+        cli_idle_limit: spec.cli_idle,
+        cli_idle_since: None,
+        running_tasks: std::collections::HashSet::new(),
+        evicted: false,
     };
     let mut task = task;
     // A cut made before the last close, with no turn since: resume at it, show what it kept.
@@ -762,6 +769,14 @@ struct Task {
     terminals: Vec<terminals::Term>,
     /// The conversation was cut and no turn has gone to a CLI since (the cut is on disk).
     cut_pending: bool,
+    /// How long the CLI may sit idle before it is stopped (`None`: it is kept).
+    cli_idle_limit: Option<Duration>,
+    /// Since when the live CLI has been idle.
+    cli_idle_since: Option<Instant>,
+    /// The CLI's background tasks that have not ended (by task id).
+    running_tasks: std::collections::HashSet<String>,
+    /// The CLI was stopped for being idle (opening the session starts it again).
+    evicted: bool,
 }
 
 impl Task {
@@ -786,7 +801,7 @@ impl Task {
                     None => self.closing = true,
                 },
                 item = frames => self.on_frame(item).await,
-                () = sleep_until(deadline) => self.on_deadline(),
+                () = sleep_until(deadline) => self.on_deadline().await,
             }
             self.sync_status();
             if self.closing {
@@ -963,6 +978,11 @@ impl Task {
                 }
             }
             Command::Subscribe { reply } => {
+                // Someone opened a session whose CLI was stopped for idleness: a prompt may
+                // follow.
+                if self.evicted {
+                    self.rewarm("subscribed");
+                }
                 let live = self.outbox.subscribe();
                 let out = (self.snapshot(), live);
                 self.deliver(reply, out);
@@ -1125,14 +1145,15 @@ impl Task {
                 None
             }
         };
-        [settle, evict, self.client_deadline()]
+        [settle, evict, self.client_deadline(), self.cli_deadline()]
             .into_iter()
             .flatten()
             .min()
     }
 
-    fn on_deadline(&mut self) {
+    async fn on_deadline(&mut self) {
         let now = Instant::now();
+        self.evict_if_due(now).await;
         self.client_deadlines_passed(now);
         if let Some(s) = self.settling.as_mut()
             && !s.killed

@@ -615,3 +615,64 @@ fi"#,
     assert_eq!(turn_states(&s).await, ["error", "complete"]);
     s.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_cli_stops_and_comes_back_resumed_never_while_anything_waits() {
+    let e = env().await;
+    let file = e.dir.path().join("work").join("w.txt");
+    e.fake.push(claude_host_testkit::fake::Rule {
+        when: claude_host_testkit::fake::Match::LastUserContains("write a file".into()),
+        reply: claude_host_testkit::fake::Reply::tool_use(
+            "Write",
+            json!({"file_path": file.to_str().unwrap(), "content": "w"}),
+        ),
+        times: Some(1),
+    });
+    let agent = e
+        .agent_with(None, |c| c.cli_idle = Some(Duration::from_millis(300)))
+        .await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    s.send("remember the word heliotrope").await.unwrap();
+    assert!(s.wait_cli(false, WAIT).await, "stopped once idle");
+    assert!(s.state().await.turns.len() == 1, "the session stays open");
+
+    // A confirmation waiting keeps it, however long.
+    let pending = {
+        let s = s.clone();
+        tokio::spawn(async move { s.send("please write a file").await })
+    };
+    let call = s.next_confirmation(WAIT).await.expect("a confirmation");
+    let pgid = s.cli_pgid().await.expect("resumed for the prompt");
+    assert!(
+        !s.wait_cli(false, Duration::from_millis(1500)).await,
+        "kept while a confirmation waits"
+    );
+    assert_eq!(s.cli_pgid().await, Some(pgid));
+    s.confirm_tool(&call, claude_host_agent::Confirmation::Approve)
+        .await
+        .unwrap();
+    pending.await.unwrap().unwrap();
+    assert!(s.wait_cli(false, WAIT).await, "stopped again once idle");
+
+    // Typing a prompt starts it ahead of the prompt; the prompt has the whole history.
+    let started = s.status().materializations;
+    s.dispatch(
+        ChannelKind::Chat,
+        action(json!({"type": "chat/draftChanged", "draft": {"text": "what was", "origin": {"kind": "user"}}})),
+        origin(1),
+    )
+    .await
+    .unwrap();
+    assert!(
+        s.wait_status(|st| st.materializations > started, WAIT)
+            .await
+            .is_some(),
+        "started by the draft"
+    );
+    s.send("what was the word?").await.unwrap();
+    let last = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(
+        last.contains("heliotrope"),
+        "resumed with the history: {last}"
+    );
+}

@@ -10,7 +10,10 @@ impl Task {
                     d.mirror.frame(&frame.raw);
                 }
             }
-            Some(Ok(frame)) => match frame.typed() {
+            Some(Ok(frame)) => match {
+                self.track_tasks(&frame);
+                frame.typed()
+            } {
                 Ok(typed) => self.on_typed(typed),
                 Err(e) => {
                     tracing::warn!(session = %self.id, error = %e, "a frame with unexpected fields; skipped");

@@ -76,6 +76,10 @@ impl Task {
                 | StateAction::ChatIsArchivedChanged(_)
                 | StateAction::ChatInputAnswerChanged(_)),
             ) => {
+                // Typing a prompt: its CLI should be ready when it is sent.
+                if matches!(a, StateAction::ChatDraftChanged(_)) {
+                    self.rewarm("draft");
+                }
                 self.publish(ChannelKind::Chat, a, Some(origin.clone()));
                 Ok(())
             }

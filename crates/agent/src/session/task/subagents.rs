@@ -24,6 +24,13 @@ pub(crate) struct Subagent {
     turn: Option<ChildTurn>,
 }
 
+impl Subagent {
+    /// Whether its turn still runs.
+    pub(super) fn running(&self) -> bool {
+        self.turn.is_some()
+    }
+}
+
 struct ChildTurn {
     mapper: TurnMapper,
     /// Ended, and its transcript is being read for what the CLI did not print.
