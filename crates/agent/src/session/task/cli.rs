@@ -10,10 +10,7 @@ impl Task {
                     d.mirror.frame(&frame.raw);
                 }
             }
-            Some(Ok(frame)) => match {
-                self.track_tasks(&frame);
-                frame.typed()
-            } {
+            Some(Ok(frame)) => match self.track_tasks(&frame).typed() {
                 Ok(typed) => self.on_typed(typed),
                 Err(e) => {
                     tracing::warn!(session = %self.id, error = %e, "a frame with unexpected fields; skipped");

@@ -6,10 +6,11 @@
 use super::*;
 
 impl Task {
-    /// Keeps the CLI's background tasks (started, ended, or listed anew) from its frames.
-    pub(super) fn track_tasks(&mut self, frame: &Frame) {
+    /// Keeps the CLI's background tasks (started, ended, or listed anew) from its frames;
+    /// hands the frame back.
+    pub(super) fn track_tasks<'f>(&mut self, frame: &'f Frame) -> &'f Frame {
         let FrameKind::System(subtype) = &frame.kind else {
-            return;
+            return frame;
         };
         let id = |v: &Value| {
             v.get("task_id")
@@ -38,6 +39,7 @@ impl Task {
             }
             _ => {}
         }
+        frame
     }
 
     /// Whether the live CLI does nothing anyone waits for.
