@@ -61,50 +61,8 @@ struct Env {
     peer: PathBuf,
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// `pid` and every process below it.
-fn tree(pid: u32) -> Vec<u32> {
-    let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-                continue;
-            };
-            if let Some(ppid) = stat
-                .rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-            {
-                children.entry(ppid).or_default().push(p);
-            }
-        }
-    }
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() {
-        out.extend(children.get(&out[i]).cloned().unwrap_or_default());
-        i += 1;
-    }
-    out
-}
-
 fn tree_rss(pid: u32) -> u64 {
-    tree(pid).into_iter().map(rss_kib).sum()
+    common::tree(pid).into_iter().map(common::rss_kib).sum()
 }
 
 /// Waits until the process tree's memory stops growing (CLIs started in the background).
@@ -225,7 +183,7 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
                     .block_task()
                     .await?;
                 f.initialize_ms = started.elapsed().as_secs_f64() * 1e3;
-                f.rss_idle_kib = rss_kib(pid);
+                f.rss_idle_kib = common::rss_kib(pid);
                 let idle_tree = tree_rss(pid);
                 let t = Instant::now();
                 let id = cx
@@ -272,7 +230,7 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
         .map_err(|e| anyhow::anyhow!("{side:?}: {e}"))?;
     // The client closed the pipes: each agent exits and takes its CLIs with it. The next
     // round starts once all of them are gone, so neither side pays for the other's exit.
-    let left = tree(pid);
+    let left = common::tree(pid);
     let _ = tokio::time::timeout(Duration::from_secs(20), child.wait()).await;
     let _ = child.kill().await;
     for _ in 0..200 {

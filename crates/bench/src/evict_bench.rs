@@ -1,0 +1,211 @@
+//! Many open sessions, few in use: what stopping idle CLIs saves, and what it costs the next
+//! prompt. Run with `scripts/bench-evict.sh [SESSIONS] [ACTIVE]`.
+//!
+//! 1. SESSIONS sessions are opened through one `Agent` (idle CLIs stopped after 2 s) and each
+//!    runs a turn with the real Claude Code CLI against the fake upstream; ACTIVE of them
+//!    then run a turn each while the rest sit idle. The memory of this process and every
+//!    process below it is read once the idle CLIs are stopped. The baseline, in the same
+//!    run: the same with eviction off for ACTIVE + 5 sessions, scaled per session (SESSIONS
+//!    live CLIs would need ~20 GB).
+//! 2. Prompt → first delta on a warm session, against a session whose CLI was stopped and
+//!    whose client typed a draft 1.5 s before sending (the intent re-warms the CLI).
+
+mod common;
+
+use claude_host_agent::{
+    Agent, AgentConfig, ChannelKind, ProxyModels, SessionEvent, SessionHandle,
+};
+use claude_host_testkit::fake::{FakeUpstream, Reply};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const IDLE: Duration = Duration::from_secs(2);
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let sessions: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
+    let active: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(5);
+    let fake = FakeUpstream::start().await?;
+    fake.push(claude_host_testkit::fake::Rule {
+        when: claude_host_testkit::fake::Match::Always,
+        reply: Reply::text("pong pong pong"),
+        times: None,
+    });
+    let dir = std::env::temp_dir().join(format!("claude-host-evict-bench-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("work"))?;
+    let me = std::process::id();
+    let total_mib = || {
+        common::tree(me)
+            .into_iter()
+            .map(common::rss_kib)
+            .sum::<u64>() as f64
+            / 1024.0
+    };
+
+    // Baseline: CLIs kept.
+    let base_n = active + 5;
+    let kept = agent(&fake, &dir, None).await?;
+    let before = total_mib();
+    let mut handles = Vec::new();
+    for _ in 0..base_n {
+        let s = kept.create_session(Default::default()).await?;
+        s.send("hello").await?;
+        handles.push(s);
+    }
+    let kept_mib = total_mib() - before;
+    for s in &handles {
+        s.close().await;
+    }
+    drop(handles);
+    let per_live = kept_mib / base_n as f64;
+
+    // Eviction on.
+    let evicting = agent(&fake, &dir, Some(IDLE)).await?;
+    let start = total_mib();
+    let t = Instant::now();
+    let mut open = Vec::new();
+    for _ in 0..sessions {
+        let s = evicting.create_session(Default::default()).await?;
+        s.send("hello").await?;
+        open.push(s);
+    }
+    let opened_in = t.elapsed();
+    for s in open.iter().take(active) {
+        s.send("still here").await?;
+    }
+    // The idle ones stop after IDLE; the active ones are still within it.
+    for s in open.iter().skip(active) {
+        anyhow::ensure!(
+            s.wait_cli(false, IDLE * 30).await,
+            "an idle CLI was not stopped"
+        );
+    }
+    let live = open
+        .iter()
+        .filter(|s| s.status().cli_pgid.is_some())
+        .count();
+    let evicted_mib = total_mib();
+    let grown = evicted_mib - start;
+    println!(
+        "## {sessions} open sessions, {active} active (eviction after {} s)",
+        IDLE.as_secs()
+    );
+    println!(
+        "opened and ran a turn each in {:.1} s",
+        opened_in.as_secs_f64()
+    );
+    println!(
+        "memory, host and CLIs: {:.0} MiB in all ({:.0} MiB for the sessions; {live} CLIs live)",
+        evicted_mib, grown
+    );
+    println!(
+        "baseline (eviction off, {base_n} sessions in this run): {:.0} MiB per session with a live CLI → {:.0} MiB for {sessions}",
+        per_live,
+        per_live * sessions as f64
+    );
+    println!(
+        "with ÷ without: {:.3}",
+        grown / (per_live * sessions as f64)
+    );
+
+    // Prompt latency: warm against evicted with intent.
+    let warm = &open[0];
+    let mut warm_t = Vec::new();
+    let mut cold_t = Vec::new();
+    for (i, s) in open.iter().skip(active).take(5).enumerate() {
+        warm_t.push(first_delta(warm).await?);
+        anyhow::ensure!(s.status().cli_pgid.is_none(), "session {i} is not evicted");
+        let draft = serde_json::from_value(serde_json::json!({"type": "chat/draftChanged",
+            "draft": {"text": "pin", "origin": {"kind": "user"}}}))?;
+        s.dispatch(
+            ChannelKind::Chat,
+            draft,
+            ahp_types::actions::ActionOrigin {
+                client_id: "bench".into(),
+                client_seq: i64::try_from(i).unwrap_or(0) + 1,
+            },
+        )
+        .await?;
+        // The user finishes typing.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        cold_t.push(first_delta(s).await?);
+    }
+    let (w, c) = (median(&warm_t), median(&cold_t));
+    println!(
+        "prompt → first delta: warm {:.1} ms, evicted with a draft first {:.1} ms (÷ {:.2})",
+        ms(w),
+        ms(c),
+        ms(c) / ms(w).max(0.001)
+    );
+    for s in &open {
+        s.close().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+async fn agent(
+    fake: &FakeUpstream,
+    dir: &std::path::Path,
+    cli_idle: Option<Duration>,
+) -> anyhow::Result<Agent> {
+    let mut config = AgentConfig::new(claude_host_testkit::cli::pinned_cli()?, dir.join("work"));
+    config.config_dir = Some(dir.join(".claude"));
+    config
+        .extra_env
+        .push(("HOME".into(), dir.display().to_string()));
+    config.cli_idle = cli_idle;
+    let proxy = common::proxy_for(fake).await?;
+    let copilot = claude_host_upstream::copilot::CopilotUpstream::new(
+        claude_host_upstream::http_client()?,
+        "gho_fake_github_token".into(),
+        claude_host_upstream::copilot::CopilotEndpoints::single_host(&fake.url()),
+        claude_host_upstream::copilot::ClientIdentity::default(),
+        claude_host_upstream::copilot::CopilotOptions::default(),
+    );
+    Ok(Agent::new(
+        config,
+        Arc::new(ProxyModels::with_upstream(proxy, Arc::new(copilot), None)),
+        None,
+    ))
+}
+
+async fn first_delta(s: &SessionHandle) -> anyhow::Result<Duration> {
+    let (_, mut rx) = s.subscribe().await?;
+    let t = Instant::now();
+    let send = s.send("ping");
+    tokio::pin!(send);
+    let mut first = None;
+    let is_delta = |e: &SessionEvent| {
+        matches!(e, SessionEvent::Action(p)
+            if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
+    };
+    loop {
+        tokio::select! {
+            r = &mut send => { r?; break; }
+            e = rx.recv() => {
+                let e = e.ok_or_else(|| anyhow::anyhow!("the session ended"))?;
+                if first.is_none() && is_delta(&e) {
+                    first = Some(t.elapsed());
+                }
+            }
+        }
+    }
+    for e in rx.drain().await {
+        if first.is_none() && is_delta(&e) {
+            first = Some(t.elapsed());
+        }
+    }
+    first.ok_or_else(|| anyhow::anyhow!("no delta"))
+}
+
+fn median(v: &[Duration]) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
