@@ -119,6 +119,16 @@ pub(crate) struct GlobalOpts {
         default_value_t = 30
     )]
     pub session_lease_secs: u64,
+    /// How long a session's Claude Code process may sit idle before it is stopped (it starts
+    /// again, resuming, when the session is opened, a prompt is typed or sent); 0 keeps it.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_CLI_IDLE_SECS",
+        value_name = "SECONDS",
+        default_value_t = 300
+    )]
+    pub cli_idle_secs: u64,
     /// Log filter (e.g. `info`, `claude_host_proxy=debug`); also `CLAUDE_HOST_LOG`.
     #[arg(long, global = true, env = "CLAUDE_HOST_LOG", default_value = "info")]
     pub log: String,
@@ -386,6 +396,8 @@ pub(crate) async fn build_agent(
     config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     config.allow_bypass_permissions = allow_bypass_permissions;
     config.edits_dir = Some(ctx.home.join("edits"));
+    config.cli_idle = (ctx.opts.cli_idle_secs > 0)
+        .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.durable = db.map(|db| claude_host_agent::Durable {
         db,
         host: host_name(),
