@@ -2,6 +2,7 @@ mod auth;
 mod claude;
 mod copilot;
 mod copilot_cli;
+mod framing;
 mod initiator;
 mod messages;
 mod streaming;
