@@ -34,6 +34,9 @@ type Io = TokioIo<hyper_rustls::MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>
 /// shared by the streams of a thread, so its size costs nothing per stream.
 const READ_BUF: usize = 16 * 1024;
 
+/// First size of the buffer a response head is read into.
+const HEAD_BUF: usize = 2048;
+
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
 
@@ -281,7 +284,9 @@ async fn read_head(io: &mut Io) -> Result<(Head, Vec<u8>), Failure> {
         error,
         stale: false,
     };
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_BUF);
+    // Small to start: hundreds of streams may wait for their heads at once, and a head is a
+    // few hundred bytes; a larger one doubles it.
+    let mut buf: Vec<u8> = Vec::with_capacity(HEAD_BUF);
     let mut received = false;
     loop {
         if !buf.is_empty() {
@@ -302,7 +307,7 @@ async fn read_head(io: &mut Io) -> Result<(Head, Vec<u8>), Failure> {
             }
         }
         if buf.capacity() == buf.len() {
-            buf.reserve(READ_BUF);
+            buf.reserve(buf.len());
         }
         match io.read_buf(&mut buf).await {
             Ok(0) if !received => {

@@ -111,6 +111,18 @@ struct Script {
     close: bool,
 }
 
+/// A reply that leaves the connection open, and one after which the server closes it.
+fn keep(bytes: Vec<u8>) -> Script {
+    Script {
+        bytes,
+        close: false,
+    }
+}
+
+fn close(bytes: Vec<u8>) -> Script {
+    Script { bytes, close: true }
+}
+
 async fn raw_copilot(scripts: Vec<Script>) -> RawCopilot {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -183,34 +195,8 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<String> {
 
 async fn env_raw(raw: &RawCopilot) -> (FakeUpstream, ProxyHandle) {
     let fake = FakeUpstream::start().await.unwrap();
-    let copilot = CopilotUpstream::new(
-        http_client().unwrap(),
-        "gho_fake_github_token".into(),
-        CopilotEndpoints {
-            github_url: fake.url(),
-            github_api_url: fake.url(),
-            copilot_api_url: Some(raw.url.clone()),
-        },
-        ClientIdentity::default(),
-        CopilotOptions::default(),
-    );
-    let proxy = claude_host_proxy::start(ProxyConfig::default(), Arc::new(copilot))
-        .await
-        .unwrap();
+    let proxy = proxy_with_copilot_api(&fake, raw.url.clone()).await;
     (fake, proxy)
-}
-
-async fn post(proxy: &ProxyHandle) -> reqwest::Response {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(format!("{}/v1/messages", proxy.base_url()))
-        .header("authorization", format!("Bearer {}", proxy.auth_token("s")))
-        .json(&request("hi", true))
-        .send()
-        .await
-        .unwrap()
 }
 
 fn sse(name: &str, data: Value) -> String {
@@ -272,29 +258,21 @@ async fn extensions_trailers_and_connection_close_are_read_as_http_says() {
     let events = stream_events();
     let raw = raw_copilot(vec![
         // Extensions on every chunk, trailers after the last: the connection stays open.
-        Script {
-            bytes: chunked(&events, "", "0\r\nx-trailer: 1\r\nother: 2\r\n\r\n"),
-            close: false,
-        },
-        Script {
-            bytes: chunked(&events, "", "0\r\n\r\n"),
-            close: false,
-        },
+        keep(chunked(
+            &events,
+            "",
+            "0\r\nx-trailer: 1\r\nother: 2\r\n\r\n",
+        )),
+        keep(chunked(&events, "", "0\r\n\r\n")),
         // `Connection: close`: the next request needs a new connection.
-        Script {
-            bytes: chunked(&events, "connection: close\r\n", "0\r\n\r\n"),
-            close: true,
-        },
-        Script {
-            bytes: chunked(&events, "", "0\r\n\r\n"),
-            close: false,
-        },
+        close(chunked(&events, "connection: close\r\n", "0\r\n\r\n")),
+        keep(chunked(&events, "", "0\r\n\r\n")),
     ])
     .await;
     let (_fake, proxy) = env_raw(&raw).await;
     let mut connections = Vec::new();
     for _ in 0..4 {
-        let resp = post(&proxy).await;
+        let resp = post_stream(&proxy).await;
         assert_eq!(resp.status(), 200);
         let got = sse_events(resp).await;
         assert_eq!(text(&got), "hello");
@@ -313,21 +291,7 @@ async fn broken_chunk_framing_mid_stream_is_exactly_one_error_event() {
     let mut oversize = chunked(&events[..3], "", "");
     oversize.extend_from_slice(b"100000000000000000\r\n");
     let cut = chunked(&events[..3], "", "40\r\nevent: content_block_delta\n");
-    let raw = raw_copilot(vec![
-        Script {
-            bytes: bad,
-            close: true,
-        },
-        Script {
-            bytes: oversize,
-            close: true,
-        },
-        Script {
-            bytes: cut,
-            close: true,
-        },
-    ])
-    .await;
+    let raw = raw_copilot(vec![close(bad), close(oversize), close(cut)]).await;
     let (_fake, proxy) = env_raw(&raw).await;
     let wants = [
         "malformed chunked body: a chunk size line has no hex digits (found byte 0x7a)",
@@ -335,7 +299,7 @@ async fn broken_chunk_framing_mid_stream_is_exactly_one_error_event() {
         "the connection closed before the end of the body: the body ended inside a chunk, 37 bytes short",
     ];
     for want in wants {
-        let resp = post(&proxy).await;
+        let resp = post_stream(&proxy).await;
         assert_eq!(resp.status(), 200);
         let got = sse_events(resp).await;
         let n = names(&got);
