@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p claude-host -p claude-host-bench
 ulimit -n 65536 2>/dev/null || true
-exec ./target/release/proxy-bench ./target/release/claude-host "${1:-3}"
+# A worktree with its own target folder (CARGO_TARGET_DIR) benchmarks its own binaries.
+target="${CARGO_TARGET_DIR:-./target}"
+exec "$target/release/proxy-bench" "$target/release/claude-host" "${1:-3}"

@@ -93,6 +93,14 @@ pub(crate) struct State {
     pub(crate) ledger: Arc<initiator::Ledger>,
     /// When Copilot last said premium requests are used up.
     quota_exhausted_at: std::sync::Mutex<Option<std::time::Instant>>,
+    pub(crate) background: Background,
+}
+
+/// Where work that outlives a request runs: tracked, and stopped at shutdown.
+#[derive(Clone)]
+pub(crate) struct Background {
+    pub(crate) tracker: TaskTracker,
+    pub(crate) cancel: CancellationToken,
 }
 
 /// How long requests go straight to the quota fallback after Copilot said premium requests
@@ -252,6 +260,8 @@ pub async fn start(
         source,
     })?;
     let allowed_hosts = auth::allowed_hosts(config.listen, addr);
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
     let state = Arc::new(State {
         config,
         nonce: Nonce::generate(),
@@ -261,9 +271,11 @@ pub async fn start(
         upstream: RwLock::new(upstream),
         ledger: Arc::new(initiator::Ledger::new()),
         quota_exhausted_at: std::sync::Mutex::new(None),
+        background: Background {
+            tracker: tracker.clone(),
+            cancel: cancel.clone(),
+        },
     });
-    let cancel = CancellationToken::new();
-    let tracker = TaskTracker::new();
     tracker.spawn(accept_loop(
         listener,
         state.clone(),

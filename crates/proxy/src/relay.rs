@@ -149,7 +149,9 @@ pub(crate) struct Relay {
     requested_model: String,
     ping_interval: Duration,
     idle_timeout: Duration,
-    silent_for: Duration,
+    /// When the upstream last sent bytes. The ping timer is not moved on every read (a timer
+    /// wheel update per read): when it fires, it is pushed back if bytes came meanwhile.
+    last_data: tokio::time::Instant,
     sleep: Pin<Box<tokio::time::Sleep>>,
     events_out: usize,
     first_error: Option<ErrorEnvelope>,
@@ -157,7 +159,12 @@ pub(crate) struct Relay {
     finished: bool,
     saw_stop: bool,
     log: RequestLog,
+    background: crate::Background,
 }
+
+/// How long, and how many bytes, the upstream's rest is read after the relay's end.
+const DRAIN_FOR: Duration = Duration::from_secs(2);
+const DRAIN_BYTES: usize = 64 * 1024;
 
 impl Relay {
     pub(crate) fn new(
@@ -165,6 +172,7 @@ impl Relay {
         requested_model: String,
         config: &ProxyConfig,
         log: RequestLog,
+        background: crate::Background,
     ) -> Self {
         Relay {
             upstream,
@@ -174,13 +182,14 @@ impl Relay {
             requested_model,
             ping_interval: config.ping_interval,
             idle_timeout: config.idle_timeout,
-            silent_for: Duration::ZERO,
+            last_data: tokio::time::Instant::now(),
             sleep: Box::pin(tokio::time::sleep(config.ping_interval)),
             events_out: 0,
             first_error: None,
             finished: false,
             saw_stop: false,
             log,
+            background,
         }
     }
 
@@ -233,6 +242,7 @@ impl Relay {
                     if !self.out.is_empty() || self.finished {
                         self.log.mark_first_byte();
                         let now = tokio::time::Instant::now();
+                        self.last_data = now;
                         self.sleep.as_mut().reset(now + self.ping_interval);
                         return RelayStart::Stream(Box::new(self));
                     }
@@ -335,6 +345,36 @@ impl Relay {
         }
     }
 
+    /// After `message_stop`, the rest of the upstream body
+    /// (its last chunk, usually) is read in the background: a body read to its end keeps its
+    /// connection alive for the next request, where dropping it closes the connection.
+    fn release_upstream(&mut self) {
+        let mut upstream: BoxStream<'static, Result<Bytes, UpstreamError>> =
+            Box::pin(futures::stream::empty());
+        std::mem::swap(&mut upstream, &mut self.upstream);
+        // Most often the end came with the last event.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if let Poll::Ready(None) = upstream.as_mut().poll_next(&mut cx) {
+            return;
+        }
+        let crate::Background { tracker, cancel } = self.background.clone();
+        tracker.spawn(async move {
+            let drain = async {
+                let mut read = 0;
+                while let Some(Ok(rest)) = futures::StreamExt::next(&mut upstream).await {
+                    read += rest.len();
+                    if read > DRAIN_BYTES {
+                        return;
+                    }
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                _ = tokio::time::timeout(DRAIN_FOR, drain) => {}
+            }
+        });
+    }
+
     fn fail_stream(&mut self, message: String) {
         let env = ErrorEnvelope::new(ErrorKind::Api, message);
         tracing::warn!(session = %Safe(&self.log.session), error = %Safe(&env.error.message), "stream failed");
@@ -356,13 +396,15 @@ impl Relay {
                     (None, false) => "ended".to_owned(),
                 };
                 self.log.finish(200, &outcome);
+                // A stream that failed is abandoned: its upstream connection closes.
+                if self.saw_stop {
+                    self.release_upstream();
+                }
                 return Poll::Ready(None);
             }
             match self.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
-                    self.silent_for = Duration::ZERO;
-                    let deadline = tokio::time::Instant::now() + self.ping_interval;
-                    self.sleep.as_mut().reset(deadline);
+                    self.last_data = tokio::time::Instant::now();
                     self.append(chunk);
                     self.process();
                 }
@@ -376,16 +418,22 @@ impl Relay {
                     if self.sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }
-                    self.silent_for += self.ping_interval;
-                    if self.silent_for >= self.idle_timeout {
+                    let now = tokio::time::Instant::now();
+                    let quiet = now.saturating_duration_since(self.last_data);
+                    if quiet < self.ping_interval {
+                        // Bytes came since the timer was set: wait out the rest of the interval.
+                        let deadline = self.last_data + self.ping_interval;
+                        self.sleep.as_mut().reset(deadline);
+                        continue;
+                    }
+                    if quiet >= self.idle_timeout {
                         self.fail_stream(format!(
                             "upstream sent nothing for {} s",
-                            self.silent_for.as_secs()
+                            quiet.as_secs()
                         ));
                         continue;
                     }
-                    let deadline = tokio::time::Instant::now() + self.ping_interval;
-                    self.sleep.as_mut().reset(deadline);
+                    self.sleep.as_mut().reset(now + self.ping_interval);
                     // A ping only ever goes between events: partial upstream bytes stay buffered.
                     return Poll::Ready(Some(Bytes::from_static(PING)));
                 }

@@ -398,7 +398,13 @@ async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) ->
         let out = serde_json::to_vec(&message).unwrap_or_default();
         return with_headers(json(status_code(resp.status), out), &passthrough);
     }
-    let relay = Relay::new(resp.body, answered_by, &state.config, log);
+    let relay = Relay::new(
+        resp.body,
+        answered_by,
+        &state.config,
+        log,
+        state.background.clone(),
+    );
     match relay.start().await {
         RelayStart::Stream(relay) => {
             let mut r = Response::builder()

@@ -140,6 +140,8 @@ struct State {
     violations: Mutex<Vec<String>>,
     disconnects: AtomicUsize,
     disconnect_notify: tokio::sync::Notify,
+    /// TCP connections accepted.
+    connections: AtomicUsize,
     ids: AtomicU64,
     /// Premium requests are used up: premium models answer 402 `quota_exceeded`.
     premium_exhausted: std::sync::atomic::AtomicBool,
@@ -205,6 +207,7 @@ impl FakeUpstream {
             violations: Mutex::new(Vec::new()),
             disconnects: AtomicUsize::new(0),
             disconnect_notify: tokio::sync::Notify::new(),
+            connections: AtomicUsize::new(0),
             ids: AtomicU64::new(1),
             premium_exhausted: std::sync::atomic::AtomicBool::new(false),
         });
@@ -219,6 +222,7 @@ impl FakeUpstream {
                         r = listener.accept() => match r { Ok(p) => p, Err(_) => continue },
                     };
                     let _ = stream.set_nodelay(true);
+                    state.connections.fetch_add(1, Ordering::SeqCst);
                     let state = state.clone();
                     let cancel = cancel.clone();
                     tracker2.spawn(async move {
@@ -376,6 +380,12 @@ impl FakeUpstream {
             "message requests",
         )
         .await
+    }
+
+    /// TCP connections accepted so far (from every client: a kept-alive connection counts
+    /// once however many requests it carries).
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     /// Client disconnects (a reply body dropped before it finished) so far.
@@ -1052,7 +1062,13 @@ impl hyper::body::Body for FakeBody {
             }
             self.sleep = None;
         }
-        if self.sent_in_group >= self.group {
+        let more = match &self.source {
+            Source::Ready(q) => !q.is_empty(),
+            Source::Channel(_) => true,
+        };
+        // The last group goes out with the body's end, as real upstreams send a stream's last
+        // chunk with its last event.
+        if self.sent_in_group >= self.group && more {
             // A group is complete: pause, so hyper writes it as one socket write.
             self.sent_in_group = 0;
             match self.gap {

@@ -6,10 +6,12 @@
 //! [`Upstream`] trait.
 
 pub mod anthropic;
+pub mod chunked;
 pub mod clock;
 pub mod copilot;
 pub mod credentials;
 pub mod device_flow;
+mod h1;
 pub mod private_files;
 pub mod record;
 pub mod replay;
@@ -236,6 +238,14 @@ pub(crate) fn trim_base(url: &str) -> String {
 
 /// Headers of an upstream reply worth passing to the client.
 pub(crate) fn passthrough_headers(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    passthrough_fields(headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())))
+}
+
+/// [`passthrough_headers`] of raw header fields (names in any case; values kept when they
+/// are visible ASCII).
+pub(crate) fn passthrough_fields<'a>(
+    fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Vec<(String, String)> {
     const KEEP: &[&str] = &[
         "content-type",
         "retry-after",
@@ -243,10 +253,15 @@ pub(crate) fn passthrough_headers(headers: &http::HeaderMap) -> Vec<(String, Str
         "x-request-id",
         "anthropic-ratelimit-requests-remaining",
     ];
-    headers
-        .iter()
-        .filter(|(k, _)| KEEP.contains(&k.as_str()))
-        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+    fields
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let name = KEEP.iter().find(|keep| keep.eq_ignore_ascii_case(k))?;
+            let value = std::str::from_utf8(v)
+                .ok()
+                .filter(|s| s.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)))?;
+            Some(((*name).to_owned(), value.to_owned()))
+        })
         .collect()
 }
 

@@ -2,25 +2,19 @@
 //!
 //! reqwest's HTTP/1 connections read with an adaptive buffer that grows to 400 KiB whenever the
 //! upstream is ahead of the client; with hundreds of concurrent streams that alone is most of
-//! the process's memory. Model calls therefore go through hyper directly with a fixed 16 KiB
-//! read buffer (HTTP/2 is bounded by flow control anyway). When the environment configures an
+//! the process's memory. hyper's client costs a task switch per body chunk. Model calls
+//! therefore go through this crate's own HTTP/1.1 client (`h1`), whose body is read with a
+//! fixed 8 KiB buffer in the task that consumes it. When the environment configures an
 //! HTTP(S) proxy for the target, the call goes through reqwest, which implements proxies fully.
 
-use crate::{UpstreamError, describe_chain, describe_reqwest, passthrough_headers};
+use crate::h1::H1Client;
+use crate::{UpstreamError, describe_reqwest, passthrough_headers};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use futures::stream::BoxStream;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::proxy::matcher::Matcher;
-use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
-
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-
-/// Read buffer per upstream HTTP/1 connection.
-const READ_BUF: usize = 8 * 1024;
 
 /// A reply: status, pass-through headers and the streaming body.
 pub struct StreamReply {
@@ -35,7 +29,7 @@ pub struct StreamReply {
 /// Client for streaming model calls.
 #[derive(Clone)]
 pub struct StreamClient {
-    hyper: Option<Client<Https, Full<Bytes>>>,
+    h1: Option<H1Client>,
     proxied: reqwest::Client,
     matcher: std::sync::Arc<Matcher>,
 }
@@ -56,7 +50,7 @@ impl StreamClient {
             Err(e) => {
                 tracing::warn!(error = %e, "falling back to reqwest for model calls");
                 StreamClient {
-                    hyper: None,
+                    h1: None,
                     proxied: proxied.clone(),
                     matcher: std::sync::Arc::new(Matcher::from_system()),
                 }
@@ -76,16 +70,13 @@ impl StreamClient {
                 UpstreamError::Transport(format!("cannot load the system's root certificates: {e}"))
             })?
             .https_or_http()
-            .enable_all_versions()
+            // The body is read by `h1`, an HTTP/1.1 reader: ALPN must not agree on HTTP/2.
+            .enable_http1()
             .wrap_connector(http);
-        let hyper = Client::builder(TokioExecutor::new())
-            .http1_read_buf_exact_size(READ_BUF)
-            .pool_idle_timeout(Duration::from_secs(60))
-            // Enough warm connections for many sessions; a burst's extra ones close at once.
-            .pool_max_idle_per_host(32)
-            .build(https);
+        // Enough warm connections for many sessions; a burst's extra ones close at once.
+        let h1 = H1Client::new(https, 32, Duration::from_secs(60));
         Ok(StreamClient {
-            hyper: Some(hyper),
+            h1: Some(h1),
             proxied,
             matcher: std::sync::Arc::new(Matcher::from_system()),
         })
@@ -101,29 +92,12 @@ impl StreamClient {
         let uri: http::Uri = url
             .parse()
             .map_err(|e| UpstreamError::Transport(format!("invalid upstream URL {url}: {e}")))?;
-        let hyper = match &self.hyper {
-            Some(h) if self.matcher.intercept(&uri).is_none() => h,
-            _ => return self.post_reqwest(url, headers, body).await,
-        };
-        let mut req = http::Request::post(uri)
-            .body(Full::new(body))
-            .map_err(|e| UpstreamError::Transport(format!("cannot build the request: {e}")))?;
-        *req.headers_mut() = headers;
-        let resp = hyper
-            .request(req)
-            .await
-            .map_err(|e| UpstreamError::Transport(describe_chain(&e)))?;
-        let status = resp.status().as_u16();
-        let headers = passthrough_headers(resp.headers());
-        let body = resp
-            .into_body()
-            .into_data_stream()
-            .map_err(|e| UpstreamError::Transport(describe_chain(&e)));
-        Ok(StreamReply {
-            status,
-            headers,
-            body: Box::pin(body),
-        })
+        match &self.h1 {
+            Some(h1) if self.matcher.intercept(&uri).is_none() => {
+                Ok(h1.post(&uri, &headers, &body).await?)
+            }
+            _ => self.post_reqwest(url, headers, body).await,
+        }
     }
 
     async fn post_reqwest(

@@ -383,30 +383,8 @@ async fn unreachable_upstream_is_502_api_error() {
     let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let dead_url = format!("http://{}", dead.local_addr().unwrap());
     drop(dead);
-    let copilot = CopilotUpstream::new(
-        http_client().unwrap(),
-        "gho_fake_github_token".into(),
-        CopilotEndpoints {
-            github_url: fake.url(),
-            github_api_url: fake.url(),
-            copilot_api_url: Some(dead_url),
-        },
-        ClientIdentity::default(),
-        CopilotOptions::default(),
-    );
-    let proxy = claude_host_proxy::start(ProxyConfig::default(), Arc::new(copilot))
-        .await
-        .unwrap();
-    let resp = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(format!("{}/v1/messages", proxy.base_url()))
-        .header("authorization", format!("Bearer {}", proxy.auth_token("s")))
-        .json(&request("hi", true))
-        .send()
-        .await
-        .unwrap();
+    let proxy = proxy_with_copilot_api(&fake, dead_url).await;
+    let resp = post_stream(&proxy).await;
     assert_eq!(resp.status(), 502);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["type"], "api_error");

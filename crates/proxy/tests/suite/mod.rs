@@ -2,6 +2,7 @@ mod auth;
 mod claude;
 mod copilot;
 mod copilot_cli;
+mod framing;
 mod initiator;
 mod messages;
 mod streaming;
@@ -84,6 +85,38 @@ impl Env {
             .await
             .unwrap()
     }
+}
+
+/// A proxy whose Copilot API is at `api_url`, with GitHub (sign-in, token mint) at `fake`.
+pub(crate) async fn proxy_with_copilot_api(fake: &FakeUpstream, api_url: String) -> ProxyHandle {
+    let copilot = CopilotUpstream::new(
+        http_client().unwrap(),
+        "gho_fake_github_token".into(),
+        CopilotEndpoints {
+            github_url: fake.url(),
+            github_api_url: fake.url(),
+            copilot_api_url: Some(api_url),
+        },
+        ClientIdentity::default(),
+        CopilotOptions::default(),
+    );
+    claude_host_proxy::start(ProxyConfig::default(), Arc::new(copilot))
+        .await
+        .unwrap()
+}
+
+/// A streamed Messages request through `proxy`, from a client of its own.
+pub(crate) async fn post_stream(proxy: &ProxyHandle) -> reqwest::Response {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(format!("{}/v1/messages", proxy.base_url()))
+        .header("authorization", format!("Bearer {}", proxy.auth_token("s")))
+        .json(&request("hi", true))
+        .send()
+        .await
+        .unwrap()
 }
 
 pub(crate) fn request(prompt: &str, stream: bool) -> Value {
