@@ -14,6 +14,9 @@ pub mod transcripts;
 
 pub use mcp::SdkMcpServer;
 pub use options::SessionOptions;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use session::fuzzing;
 pub use session::{
     Callbacks, ClaudeSession, ControlError, DenyAll, PermissionResult, SessionError,
 };

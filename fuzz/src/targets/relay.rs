@@ -1,0 +1,167 @@
+//! The proxy's SSE relay, driven through the real router: a streaming request whose upstream
+//! answers 200 with the input's bytes. Input = 1 flag byte (bit 0: the connection fails after
+//! the last byte) + 4 chunk-size bytes + the upstream's stream.
+//!
+//! Checks, against a model of the relay's contract computed from the upstream's events: the
+//! client gets every upstream event in order up to the first `message_stop` or `error` and
+//! nothing after it; `message_start` has its model rewritten and nothing else changed; `[DONE]`
+//! is dropped; an upstream `error` event reaches the client as an Anthropic error envelope; a
+//! stream that ends early ends with exactly one `error` event; a failure before the first
+//! event is a JSON error response with the right status.
+
+use crate::input;
+use bytes::Bytes;
+use claude_host_protocol::error::{ErrorEnvelope, ErrorKind, status_for_error_type};
+use claude_host_protocol::sse::{Event, EventParser, event_data, event_name, find_event_end};
+use claude_host_proxy::fuzzing::{HOST, NONCE, Reply, exchange};
+use claude_host_upstream::Catalog;
+use serde_json::Value;
+
+const MODEL: &str = "claude-fuzz-model";
+
+/// How the upstream stream ends, as the relay should see it.
+enum End {
+    /// `message_stop`.
+    Stop,
+    /// An `error` event with this envelope.
+    Error(ErrorEnvelope),
+    /// The upstream ended (or failed) before either.
+    Cut,
+}
+
+/// What the client should get: the events the relay forwards (before its own closing error,
+/// if any), how the stream ends, and whether any event went out before an error.
+fn expected(stream: &[u8]) -> (Vec<Event>, End, usize) {
+    let mut out = Vec::new();
+    let mut counted = 0;
+    let mut rest = stream;
+    while let Ok(end) = find_event_end(rest, 0) {
+        let raw = &rest[..end];
+        rest = &rest[end..];
+        let name = event_name(raw).map(|n| String::from_utf8_lossy(n).into_owned());
+        let data = event_data(raw);
+        let event = |name: &str, data: &[u8]| Event {
+            name: name.to_owned(),
+            data: String::from_utf8_lossy(data).into_owned(),
+        };
+        match name.as_deref() {
+            Some("message_start") => {
+                out.push(event("message_start", &data));
+                counted += 1;
+            }
+            Some("message_stop") => {
+                out.push(event("message_stop", &data));
+                return (out, End::Stop, counted + 1);
+            }
+            Some("error") => {
+                let env = ErrorEnvelope::parse(&data).unwrap_or_else(|| {
+                    ErrorEnvelope::new(ErrorKind::Api, String::from_utf8_lossy(&data).into_owned())
+                });
+                return (out, End::Error(env), counted);
+            }
+            _ if data.as_ref() == b"[DONE]" => {}
+            n => {
+                out.push(event(n.unwrap_or(""), &data));
+                counted += 1;
+            }
+        }
+    }
+    (out, End::Cut, counted)
+}
+
+/// The client's view of a forwarded `message_start` must be the upstream's with only the model
+/// changed (or untouched when it is not JSON).
+fn same_message_start(got: &str, sent: &str) -> bool {
+    match serde_json::from_str::<Value>(sent) {
+        Ok(mut v) => {
+            if let Some(m) = v.get_mut("message").and_then(Value::as_object_mut) {
+                m.insert("model".into(), Value::String(MODEL.into()));
+            }
+            serde_json::from_str::<Value>(got).is_ok_and(|g| g == v)
+        }
+        Err(_) => got == sent,
+    }
+}
+
+/// Runs one input.
+pub fn run(data: &[u8]) {
+    let (ctl, stream) = input::split(data, 5);
+    let fail_at_end = ctl.first().is_some_and(|b| b & 1 == 1);
+    let sizes = ctl.get(1..).unwrap_or(&[]);
+    let chunks = input::chunks(stream, sizes)
+        .into_iter()
+        .map(Bytes::copy_from_slice)
+        .collect();
+    let body = format!(
+        r#"{{"model":"{MODEL}","max_tokens":64,"stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#
+    );
+    let Ok(request) = http::Request::post("/v1/messages")
+        .header("host", HOST)
+        .header("authorization", format!("Bearer {NONCE}.fuzz-session"))
+        .header("content-type", "application/json")
+        .body(Bytes::from(body))
+    else {
+        return;
+    };
+    let reply = Reply {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        chunks,
+        fail_at_end,
+    };
+    let got = exchange(request, Catalog::default(), reply, None);
+    let (events, end, counted) = expected(stream);
+
+    let json_error = |status: u16| {
+        assert_eq!(got.status, status, "status of an error before the stream");
+        assert!(
+            ErrorEnvelope::parse(&got.body).is_some(),
+            "an error before the stream is not an error envelope: {:?}",
+            String::from_utf8_lossy(&got.body)
+        );
+    };
+    match &end {
+        End::Error(env) if counted == 0 => return json_error(status_for_error_type(&env.error.kind)),
+        End::Cut if counted == 0 => return json_error(502),
+        _ => {}
+    }
+    assert_eq!(got.status, 200, "a started stream answers 200");
+
+    let mut p = EventParser::new();
+    p.push(&got.body);
+    let mut client = Vec::new();
+    while let Some(e) = p.next_event() {
+        client.push(e);
+    }
+    assert!(p.pending().is_empty(), "the client got a partial event at the end");
+    // Events with neither name nor data are invisible to a client's parser; so are they here.
+    let visible: Vec<&Event> = events
+        .iter()
+        .filter(|e| !(e.name.is_empty() && e.data.is_empty()))
+        .collect();
+    let (forwarded, closing) = match end {
+        End::Stop => (&client[..], None),
+        _ => match client.split_last() {
+            Some((last, rest)) => (rest, Some(last)),
+            None => panic!("a stream without message_stop did not end with an error event"),
+        },
+    };
+    assert_eq!(forwarded.len(), visible.len(), "the client got other events than the upstream sent: {client:?}");
+    for (g, e) in forwarded.iter().zip(&visible) {
+        assert_eq!(g.name, e.name, "event names differ");
+        if e.name == "message_start" {
+            assert!(same_message_start(&g.data, &e.data), "message_start changed beyond its model: {:?} -> {:?}", e.data, g.data);
+        } else {
+            assert_eq!(g.data, e.data, "event data changed");
+        }
+    }
+    if let Some(last) = closing {
+        assert_eq!(last.name, "error", "a stream without message_stop must end with an error");
+        let Some(env) = ErrorEnvelope::parse(last.data.as_bytes()) else {
+            panic!("the closing error is not an envelope: {:?}", last.data);
+        };
+        if let End::Error(sent) = end {
+            assert_eq!(env, sent, "the upstream's error changed on the way");
+        }
+    }
+}
