@@ -17,7 +17,10 @@ fn every_seed_and_regression_passes() {
             let mut files: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
             files.sort();
             for file in files {
-                if file.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+                if file
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                {
                     continue;
                 }
                 let Ok(data) = std::fs::read(&file) else {
@@ -37,5 +40,10 @@ fn every_seed_and_regression_passes() {
             failures.push(format!("target {name} has no seeds"));
         }
     }
-    assert!(failures.is_empty(), "{} of {ran} inputs failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} inputs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

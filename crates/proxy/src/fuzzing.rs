@@ -5,9 +5,7 @@
 use crate::{ProxyConfig, State, auth, initiator, routes};
 use async_trait::async_trait;
 use bytes::Bytes;
-use claude_host_upstream::{
-    Catalog, MessagesCall, Upstream, UpstreamError, UpstreamResponse,
-};
+use claude_host_upstream::{Catalog, MessagesCall, Upstream, UpstreamError, UpstreamResponse};
 use http_body_util::{BodyExt, Full};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
@@ -67,10 +65,11 @@ impl Upstream for Scripted {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(call);
         let chunks = self.reply.chunks.clone().into_iter().map(Ok);
-        let tail = self
-            .reply
-            .fail_at_end
-            .then(|| Err(UpstreamError::Transport("connection reset (fuzz)".to_owned())));
+        let tail = self.reply.fail_at_end.then(|| {
+            Err(UpstreamError::Transport(
+                "connection reset (fuzz)".to_owned(),
+            ))
+        });
         Ok(UpstreamResponse {
             status: self.reply.status,
             headers: self.reply.headers.clone(),

@@ -271,12 +271,16 @@ impl Relay {
             let raw = &self.buf[pass_end..end];
             match event_name(raw) {
                 Some(b"message_start") => {
-                    let replaced = rewrite_message_start(
+                    match rewrite_message_start(
                         &event_data(raw),
                         &self.requested_model,
                         &mut self.log,
-                    );
-                    self.replace(&mut pass_end, end, Some(replaced));
+                    ) {
+                        Some(replaced) => self.replace(&mut pass_end, end, Some(replaced)),
+                        // Not JSON: forwarded as received (written out again, data spread
+                        // over several `data:` lines would lose all but the first).
+                        None => pass_end = end,
+                    }
                     self.events_out += 1;
                 }
                 Some(b"message_delta") => {
@@ -394,7 +398,13 @@ impl Relay {
     }
 }
 
-fn rewrite_message_start(data: &[u8], requested_model: &str, log: &mut RequestLog) -> Bytes {
+/// `message_start` with the client's model id, or `None` when its data is not JSON (then it
+/// passes untouched rather than be lost).
+fn rewrite_message_start(
+    data: &[u8],
+    requested_model: &str,
+    log: &mut RequestLog,
+) -> Option<Bytes> {
     match serde_json::from_slice::<serde_json::Value>(data) {
         Ok(mut v) => {
             if let Some(msg) = v
@@ -409,10 +419,12 @@ fn rewrite_message_start(data: &[u8], requested_model: &str, log: &mut RequestLo
             if let Some(m) = v.get("message") {
                 log.set_usage_from_message(m);
             }
-            format_event("message_start", &serde_json::to_vec(&v).unwrap_or_default())
+            Some(format_event(
+                "message_start",
+                &serde_json::to_vec(&v).unwrap_or_default(),
+            ))
         }
-        // Not JSON: pass it on untouched rather than lose it.
-        Err(_) => format_event("message_start", data),
+        Err(_) => None,
     }
 }
 

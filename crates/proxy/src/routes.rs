@@ -150,7 +150,11 @@ async fn read_body<B: RequestBody>(
     }
 }
 
-async fn messages<B: RequestBody>(req: Request<B>, state: Arc<State>, session: String) -> Response<Body> {
+async fn messages<B: RequestBody>(
+    req: Request<B>,
+    state: Arc<State>,
+    session: String,
+) -> Response<Body> {
     let started = Instant::now();
     let header_str = |name: &str| {
         req.headers()

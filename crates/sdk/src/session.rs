@@ -610,7 +610,10 @@ struct LineReader<R = tokio::io::BufReader<tokio::process::ChildStdout>> {
 
 impl LineReader {
     fn new(stdout: tokio::process::ChildStdout, limit: usize) -> Self {
-        LineReader::over(tokio::io::BufReader::with_capacity(64 * 1024, stdout), limit)
+        LineReader::over(
+            tokio::io::BufReader::with_capacity(64 * 1024, stdout),
+            limit,
+        )
     }
 }
 

@@ -75,13 +75,19 @@ pub fn run(data: &[u8]) {
             }
             Ok(ClientMessage::Response(_)) => continue,
             Ok(ClientMessage::Request { id, method, params }) => {
-                assert!(id.is_number() || id.is_string(), "a request with the id {id}");
+                assert!(
+                    id.is_number() || id.is_string(),
+                    "a request with the id {id}"
+                );
                 params_for(&method, params.clone());
                 (method, params)
             }
             Ok(ClientMessage::Notification { method, params }) => (method, params),
         };
-        assert!(params.is_object(), "params that are not an object got through");
+        assert!(
+            params.is_object(),
+            "params that are not an object got through"
+        );
         if method != "dispatchAction" {
             continue;
         }

@@ -45,7 +45,10 @@ fn can_use_tool(id: &str, request: &serde_json::Map<String, Value>) {
             .unwrap_or("free text")
             .to_owned();
         answers.insert(
-            qv.get("id").and_then(Value::as_str).unwrap_or("0").to_owned(),
+            qv.get("id")
+                .and_then(Value::as_str)
+                .unwrap_or("0")
+                .to_owned(),
             ChatInputAnswer::Submitted(ChatInputAnswered {
                 value: ChatInputAnswerValue::Selected(ChatInputSelectedAnswerValue {
                     value: first,
@@ -98,7 +101,11 @@ pub fn run(data: &[u8]) {
                 panic!("a rebuilt control response is not a frame");
             };
             assert_eq!(back.kind, FrameKind::ControlResponse);
-            assert_eq!(back.control_response(), Some((id, result.clone())), "a rebuilt control response changed");
+            assert_eq!(
+                back.control_response(),
+                Some((id, result.clone())),
+                "a rebuilt control response changed"
+            );
         }
         if frame.kind == FrameKind::ControlCancelRequest {
             let _ = frame.str("request_id");

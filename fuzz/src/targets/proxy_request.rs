@@ -63,10 +63,26 @@ fn reply(n: u8) -> Reply {
         fail_at_end: false,
     };
     match n % 6 {
-        0 => full(200, "text/event-stream", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"x\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
-        1 => full(200, "application/json", "{\"id\":\"m\",\"type\":\"message\",\"model\":\"x\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}"),
-        2 => full(400, "application/json", "{\"error\":{\"message\":\"model max_tokens exceeded\",\"code\":\"invalid_request_body\"}}"),
-        3 => full(402, "application/json", "{\"error\":{\"message\":\"You have exceeded your premium request allowance\",\"code\":\"quota_exceeded\"}}"),
+        0 => full(
+            200,
+            "text/event-stream",
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"x\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":2}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        ),
+        1 => full(
+            200,
+            "application/json",
+            "{\"id\":\"m\",\"type\":\"message\",\"model\":\"x\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}",
+        ),
+        2 => full(
+            400,
+            "application/json",
+            "{\"error\":{\"message\":\"model max_tokens exceeded\",\"code\":\"invalid_request_body\"}}",
+        ),
+        3 => full(
+            402,
+            "application/json",
+            "{\"error\":{\"message\":\"You have exceeded your premium request allowance\",\"code\":\"quota_exceeded\"}}",
+        ),
         4 => full(503, "text/plain", "upstream unavailable"),
         _ => full(200, "application/json", "not json"),
     }
@@ -100,13 +116,30 @@ fn request(data: &[u8]) -> Option<(http::Request<Bytes>, u8, bool)> {
 
 /// Top-level fields that fitting a request to a model may change (the prompt marker is cut
 /// out of `messages` and `system`).
-const MAY_CHANGE: [&str; 6] = ["model", "max_tokens", "thinking", "output_config", "messages", "system"];
+const MAY_CHANGE: [&str; 6] = [
+    "model",
+    "max_tokens",
+    "thinking",
+    "output_config",
+    "messages",
+    "system",
+];
 
-fn check_forwarded(client_body: &[u8], call: &claude_host_upstream::MessagesCall, catalog: &Catalog) {
+fn check_forwarded(
+    client_body: &[u8],
+    call: &claude_host_upstream::MessagesCall,
+    catalog: &Catalog,
+) {
     let Ok(sent) = MessagesRequest::parse(&call.body) else {
-        panic!("the upstream got a body that does not parse: {:?}", String::from_utf8_lossy(&call.body));
+        panic!(
+            "the upstream got a body that does not parse: {:?}",
+            String::from_utf8_lossy(&call.body)
+        );
     };
-    assert_eq!(sent.model, call.model, "the body names another model than the call");
+    assert_eq!(
+        sent.model, call.model,
+        "the body names another model than the call"
+    );
     assert!(
         !String::from_utf8_lossy(&call.body).contains(PROMPT_MARKER),
         "the prompt marker reached the upstream"
@@ -125,10 +158,18 @@ fn check_forwarded(client_body: &[u8], call: &claude_host_upstream::MessagesCall
             let Some(sent_raw) = sent.field(key) else {
                 panic!("{key:?} vanished on re-parse");
             };
-            assert_eq!(sent_raw.get(), raw.get(), "{key:?} changed on the way upstream");
+            assert_eq!(
+                sent_raw.get(),
+                raw.get(),
+                "{key:?} changed on the way upstream"
+            );
         }
     }
-    if let Some(m) = catalog.models.iter().find(|m| catalog.strict && m.upstream_id == call.model) {
+    if let Some(m) = catalog
+        .models
+        .iter()
+        .find(|m| catalog.strict && m.upstream_id == call.model)
+    {
         match adapt(&sent, &m.rules()) {
             Ok(again) => assert!(
                 again.is_empty(),
@@ -150,9 +191,13 @@ pub fn run(data: &[u8]) {
     let authorized = req
         .headers()
         .get("authorization")
-        .and_then(|v| v.to_str().ok())
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
         .is_some_and(|v| v.contains(NONCE));
-    if let Some(beta) = req.headers().get("anthropic-beta").and_then(|v| v.to_str().ok()) {
+    if let Some(beta) = req
+        .headers()
+        .get("anthropic-beta")
+        .and_then(|v| v.to_str().ok())
+    {
         let families = ["context-management", "interleaved-thinking"];
         if let Some(kept) = filter_betas(beta, &families) {
             for b in kept.split(',') {
@@ -176,7 +221,11 @@ pub fn run(data: &[u8]) {
         }
     }
 
-    let catalog = if lenient { Catalog::default() } else { copilot_catalog() };
+    let catalog = if lenient {
+        Catalog::default()
+    } else {
+        copilot_catalog()
+    };
     let fallback = (which % 6 == 3).then(|| "claude-haiku-4-5".to_owned());
     let got = exchange(req, catalog.clone(), reply(which), fallback);
     assert!((100..600).contains(&got.status), "status {}", got.status);
@@ -189,7 +238,10 @@ pub fn run(data: &[u8]) {
         );
     }
     if !authorized {
-        assert!(got.calls.is_empty(), "an unauthenticated request reached the upstream");
+        assert!(
+            got.calls.is_empty(),
+            "an unauthenticated request reached the upstream"
+        );
     }
     for call in &got.calls {
         check_forwarded(&body, call, &catalog);

@@ -31,7 +31,7 @@ enum End {
 
 /// What the client should get: the events the relay forwards (before its own closing error,
 /// if any), how the stream ends, and whether any event went out before an error.
-fn expected(stream: &[u8]) -> (Vec<Event>, End, usize) {
+fn expected(stream: &[u8]) -> (Vec<(Event, Vec<u8>)>, End, usize) {
     let mut out = Vec::new();
     let mut counted = 0;
     let mut rest = stream;
@@ -40,9 +40,12 @@ fn expected(stream: &[u8]) -> (Vec<Event>, End, usize) {
         rest = &rest[end..];
         let name = event_name(raw).map(|n| String::from_utf8_lossy(n).into_owned());
         let data = event_data(raw);
-        let event = |name: &str, data: &[u8]| Event {
-            name: name.to_owned(),
-            data: String::from_utf8_lossy(data).into_owned(),
+        let event = |name: &str, data: &[u8]| {
+            let e = Event {
+                name: name.to_owned(),
+                data: String::from_utf8_lossy(data).into_owned(),
+            };
+            (e, data.to_vec())
         };
         match name.as_deref() {
             Some("message_start") => {
@@ -70,9 +73,10 @@ fn expected(stream: &[u8]) -> (Vec<Event>, End, usize) {
 }
 
 /// The client's view of a forwarded `message_start` must be the upstream's with only the model
-/// changed (or untouched when it is not JSON).
-fn same_message_start(got: &str, sent: &str) -> bool {
-    match serde_json::from_str::<Value>(sent) {
+/// changed (or untouched when its data is not JSON: `raw` is that data as sent, whose bytes
+/// decide, since the events compared hold lossy text).
+fn same_message_start(got: &str, sent: &str, raw: &[u8]) -> bool {
+    match serde_json::from_slice::<Value>(raw) {
         Ok(mut v) => {
             if let Some(m) = v.get_mut("message").and_then(Value::as_object_mut) {
                 m.insert("model".into(), Value::String(MODEL.into()));
@@ -121,7 +125,9 @@ pub fn run(data: &[u8]) {
         );
     };
     match &end {
-        End::Error(env) if counted == 0 => return json_error(status_for_error_type(&env.error.kind)),
+        End::Error(env) if counted == 0 => {
+            return json_error(status_for_error_type(&env.error.kind));
+        }
         End::Cut if counted == 0 => return json_error(502),
         _ => {}
     }
@@ -133,11 +139,14 @@ pub fn run(data: &[u8]) {
     while let Some(e) = p.next_event() {
         client.push(e);
     }
-    assert!(p.pending().is_empty(), "the client got a partial event at the end");
+    assert!(
+        p.pending().is_empty(),
+        "the client got a partial event at the end"
+    );
     // Events with neither name nor data are invisible to a client's parser; so are they here.
-    let visible: Vec<&Event> = events
+    let visible: Vec<&(Event, Vec<u8>)> = events
         .iter()
-        .filter(|e| !(e.name.is_empty() && e.data.is_empty()))
+        .filter(|(e, _)| !(e.name.is_empty() && e.data.is_empty()))
         .collect();
     let (forwarded, closing) = match end {
         End::Stop => (&client[..], None),
@@ -146,17 +155,29 @@ pub fn run(data: &[u8]) {
             None => panic!("a stream without message_stop did not end with an error event"),
         },
     };
-    assert_eq!(forwarded.len(), visible.len(), "the client got other events than the upstream sent: {client:?}");
-    for (g, e) in forwarded.iter().zip(&visible) {
+    assert_eq!(
+        forwarded.len(),
+        visible.len(),
+        "the client got other events than the upstream sent: {client:?}"
+    );
+    for (g, (e, raw)) in forwarded.iter().zip(&visible) {
         assert_eq!(g.name, e.name, "event names differ");
         if e.name == "message_start" {
-            assert!(same_message_start(&g.data, &e.data), "message_start changed beyond its model: {:?} -> {:?}", e.data, g.data);
+            assert!(
+                same_message_start(&g.data, &e.data, raw),
+                "message_start changed beyond its model: {:?} -> {:?}",
+                e.data,
+                g.data
+            );
         } else {
             assert_eq!(g.data, e.data, "event data changed");
         }
     }
     if let Some(last) = closing {
-        assert_eq!(last.name, "error", "a stream without message_stop must end with an error");
+        assert_eq!(
+            last.name, "error",
+            "a stream without message_stop must end with an error"
+        );
         let Some(env) = ErrorEnvelope::parse(last.data.as_bytes()) else {
             panic!("the closing error is not an envelope: {:?}", last.data);
         };

@@ -7,7 +7,9 @@
 //! from the start finds.
 
 use crate::input;
-use claude_host_protocol::sse::{Event, EventParser, event_data, event_name, find_event_end, format_event};
+use claude_host_protocol::sse::{
+    Event, EventParser, event_data, event_name, find_event_end, format_event,
+};
 
 fn drain(p: &mut EventParser, out: &mut Vec<Event>) {
     while let Some(e) = p.next_event() {
@@ -30,14 +32,22 @@ pub fn run(data: &[u8]) {
         drain(&mut chunked, &mut got);
     }
     assert_eq!(got, expected, "chunking changed the events");
-    assert_eq!(chunked.pending(), whole.pending(), "chunking changed what is pending");
+    assert_eq!(
+        chunked.pending(),
+        whole.pending(),
+        "chunking changed what is pending"
+    );
 
     for e in &expected {
         let one_line = |s: &str| !s.contains(['\n', '\r']);
         if one_line(&e.name) && one_line(&e.data) {
             let mut p = EventParser::new();
             p.push(&format_event(&e.name, e.data.as_bytes()));
-            assert_eq!(p.next_event().as_ref(), Some(e), "format_event does not read back");
+            assert_eq!(
+                p.next_event().as_ref(),
+                Some(e),
+                "format_event does not read back"
+            );
         }
     }
 

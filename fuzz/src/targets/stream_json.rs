@@ -76,7 +76,10 @@ pub fn run(data: &[u8]) {
         .iter()
         .map(|l| (l.len() <= limit).then(|| String::from_utf8_lossy(l).into_owned()))
         .collect();
-    assert_eq!(lines, reference, "framing differs from splitting on newlines");
+    assert_eq!(
+        lines, reference,
+        "framing differs from splitting on newlines"
+    );
 
     let mut chat = empty_chat();
     let mut mapper = if flags & 1 == 1 {
@@ -84,7 +87,11 @@ pub fn run(data: &[u8]) {
     } else {
         TurnMapper::new("turn-1")
     };
-    let start = actions::turn_started(mapper.turn_id(), actions::message("hi", ahp_types::state::MessageKind::User), None);
+    let start = actions::turn_started(
+        mapper.turn_id(),
+        actions::message("hi", ahp_types::state::MessageKind::User),
+        None,
+    );
     apply_action_to_chat(&mut chat, &start);
     for line in lines.into_iter().flatten() {
         if line.trim().is_empty() {

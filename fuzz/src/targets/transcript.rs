@@ -18,10 +18,17 @@ pub fn run(data: &[u8]) {
         .split(|b| *b == b'\n')
         .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
         .count();
-    assert_eq!(t.entries.len() + t.skipped, non_blank, "lines lost or counted twice");
+    assert_eq!(
+        t.entries.len() + t.skipped,
+        non_blank,
+        "lines lost or counted twice"
+    );
 
     let chain = t.main_chain();
-    assert!(chain.len() <= t.entries.len() + 1, "the main chain is longer than the file");
+    assert!(
+        chain.len() <= t.entries.len() + 1,
+        "the main chain is longer than the file"
+    );
     for e in &chain {
         assert!(
             t.entries.iter().any(|x| std::ptr::eq(x, *e)),
