@@ -550,12 +550,12 @@ pub enum ClientMessage {
 
 /// Reads one text frame as JSON-RPC 2.0. An error comes with the id to answer it under
 /// (`null` when the frame has none).
-pub fn read_message(text: &str) -> Result<ClientMessage, (Value, RpcError)> {
+pub fn read_message(text: &str) -> Result<ClientMessage, Box<(Value, RpcError)>> {
     let msg: Value = serde_json::from_str(text).map_err(|e| {
-        (
+        Box::new((
             Value::Null,
             RpcError::new(code::PARSE_ERROR, format!("not valid JSON: {e}")),
-        )
+        ))
     })?;
     let id = msg.get("id").cloned();
     // JSON-RPC 2.0 §5: an error is answered under the request's id, or `null` when the id
@@ -564,7 +564,8 @@ pub fn read_message(text: &str) -> Result<ClientMessage, (Value, RpcError)> {
         .clone()
         .filter(|i| i.is_number() || i.is_string())
         .unwrap_or(Value::Null);
-    let invalid = |why: &str| (answer_id.clone(), RpcError::new(code::INVALID_REQUEST, why));
+    let invalid =
+        |why: &str| Box::new((answer_id.clone(), RpcError::new(code::INVALID_REQUEST, why)));
     let Some(obj) = msg.as_object() else {
         return Err(invalid(
             "a JSON-RPC message must be an object (batches are not supported)",
@@ -586,10 +587,10 @@ pub fn read_message(text: &str) -> Result<ClientMessage, (Value, RpcError)> {
     }
     let params = obj.get("params").cloned().unwrap_or(json!({}));
     if !params.is_object() {
-        return Err((
+        return Err(Box::new((
             answer_id,
             RpcError::invalid_params("`params` must be an object"),
-        ));
+        )));
     }
     let method = method.to_owned();
     Ok(match id {
@@ -607,7 +608,8 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
             conn.answered(&msg);
             return;
         }
-        Err((id, e)) => {
+        Err(refused) => {
+            let (id, e) = *refused;
             if e.code == code::PARSE_ERROR {
                 tracing::info!(error = %e.message, "unparseable message");
             }

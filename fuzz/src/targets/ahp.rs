@@ -64,7 +64,8 @@ pub fn run(data: &[u8]) {
     let schema = config::schema(&[], false);
     for line in input::lines(data) {
         let (method, params) = match read_message(&line) {
-            Err((id, e)) => {
+            Err(refused) => {
+                let (id, e) = *refused;
                 assert!(
                     id.is_null() || id.is_number() || id.is_string(),
                     "an error answered under the id {id} ({})",
