@@ -33,6 +33,7 @@ pub use outbox::{Published, Sequence};
 pub use session::{
     ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionEvent,
     SessionHandle, SessionNotice, SessionSnapshot, SessionStatus, SessionSubscription, SessionUris,
+    empty_chat,
 };
 
 /// Spawns a session that no [`Agent`] owns (tests, benchmarks, embedders that manage their

@@ -18,28 +18,7 @@ use claude_host_sdk::fuzzing::stdout_lines;
 
 /// An empty chat, as a session starts one.
 pub(crate) fn empty_chat() -> ChatState {
-    ChatState {
-        resource: "ahp-session://fuzz/chat".into(),
-        title: String::new(),
-        status: 0,
-        activity: None,
-        modified_at: "2026-01-01T00:00:00Z".into(),
-        changes: None,
-        origin: None,
-        movable: None,
-        interactivity: None,
-        working_directories: None,
-        changesets: None,
-        background_work: None,
-        canvases: None,
-        turns: Vec::new(),
-        turns_next_cursor: None,
-        active_turn: None,
-        steering_message: None,
-        queued_messages: None,
-        draft: None,
-        meta: None,
-    }
+    claude_host_agent::empty_chat("ahp-session://fuzz/chat", "")
 }
 
 fn typed_round_trip(t: &Typed) {

@@ -7,6 +7,8 @@ mod bridge;
 mod client_tools;
 mod task;
 
+pub use task::empty_chat;
+
 pub(crate) use task::{Overlay, SessionDurable, SessionSpec, spawn};
 
 use crate::outbox::{Published, ReplayRing};
