@@ -3,6 +3,7 @@
 # time, under `nice -n 19`.
 #
 #   scripts/fuzz.sh [seconds-per-target] [target...]      (default: 60 s, every target)
+#   scripts/fuzz.sh --summary      (per-target totals from fuzz/runs.tsv, as a Markdown table)
 #
 # Installs what it needs on a fresh machine: cargo-afl from crates.io (its install builds
 # AFL++ from the source the crate ships; only a C compiler and make are needed), then the AFL++
@@ -19,6 +20,16 @@
 # Interrupted (Ctrl-C, SIGTERM), it still logs the run in progress and saves its crashes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--summary" ]; then
+  awk -F'\t' 'NR > 1 { s[$2] += $3; e[$2] += $4; c[$2] += $6; h[$2] += $7; n[$2]++
+                        if ($5 > p[$2]) p[$2] = $5 }
+    END { print "| target | runs | time (h) | executions | largest corpus | crashes | hangs |"
+          print "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+          for (t in s) printf "| %s | %d | %.2f | %d | %d | %d | %d |\n", t, n[t], s[t] / 3600, e[t], p[t], c[t], h[t] }' \
+    fuzz/runs.tsv | { read -r a; read -r b; printf '%s\n%s\n' "$a" "$b"; sort; }
+  exit 0
+fi
 
 PER_TARGET="${1:-60}"
 shift || true

@@ -915,10 +915,12 @@ pub mod fuzzing {
     /// time, with lines longer than `limit` bytes reported as `None`. The frames the session
     /// would parse are the `Some` lines that are not blank.
     pub fn stdout_lines(bytes: &[u8], read_size: usize, limit: usize) -> Vec<Option<String>> {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().build() else {
-            return Vec::new();
-        };
-        rt.block_on(async {
+        thread_local! {
+            // One runtime for every input: building one per input cost more than the input.
+            static RUNTIME: Option<tokio::runtime::Runtime> =
+                tokio::runtime::Builder::new_current_thread().build().ok();
+        }
+        let read = async {
             let reader = tokio::io::BufReader::with_capacity(read_size.max(1), bytes);
             let mut lines = LineReader::over(reader, limit);
             let mut out = Vec::new();
@@ -930,6 +932,9 @@ pub mod fuzzing {
                 });
             }
             out
-        })
+        };
+        RUNTIME
+            .with(|rt| rt.as_ref().map(|rt| rt.block_on(read)))
+            .unwrap_or_default()
     }
 }
