@@ -76,9 +76,16 @@ finish() {
   hangs="$(find "$out/default/hangs" -name 'id:*' 2>/dev/null | wc -l)"
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$target" \
     "${secs:-0}" "${execs:-0}" "${corpus:-0}" "$crashes" "$hangs" >> fuzz/runs.tsv
-  mkdir -p "fuzz/corpus/$target"
-  cp -n "$out"/default/queue/id:* "fuzz/corpus/$target/" 2>/dev/null || true
   local f sum
+  # The queue holds every input the run started from, so it replaces the corpus; files are
+  # named by content, so nothing is kept twice.
+  if compgen -G "$out/default/queue/id:*" >/dev/null; then
+    rm -rf "fuzz/corpus/$target"
+    mkdir -p "fuzz/corpus/$target"
+    for f in "$out"/default/queue/id:*; do
+      cp "$f" "fuzz/corpus/$target/$(sha1sum "$f" | cut -c1-16)"
+    done
+  fi
   for f in "$out"/default/crashes/id:*; do
     [ -e "$f" ] || continue
     sum="$(sha1sum "$f" | cut -c1-12)"
