@@ -944,18 +944,7 @@ impl Host {
         params: &Value,
         client: Option<&dyn ClientFiles>,
     ) {
-        let channel = params["channel"].as_str().unwrap_or("").to_owned();
-        let client_seq = params["clientSeq"].as_i64().unwrap_or(0);
-        let origin = ActionOrigin {
-            client_id: client_id.to_owned(),
-            client_seq,
-        };
-        let raw = params.get("action").cloned().unwrap_or(Value::Null);
-        let action: StateAction = match serde_json::from_value(raw.clone()) {
-            Ok(a) => a,
-            // Only a non-object fails: unknown shapes parse as `Unknown` and are refused below.
-            Err(_) => StateAction::Unknown(raw),
-        };
+        let (channel, origin, action) = read_dispatch(client_id, params);
         match self.target(&channel).await {
             // VS Code mirrors its settings here after every connect (all with clientSeq 0,
             // unknown keys included): taken and echoed; nothing of the host depends on them.
@@ -1003,6 +992,24 @@ impl Host {
         self.notice_pump.abort();
         self.agent.shutdown().await;
     }
+}
+
+/// A `dispatchAction`'s params: the channel, the action's origin, and the action (one this
+/// host cannot read is [`StateAction::Unknown`], refused by whoever gets it).
+pub fn read_dispatch(client_id: &str, params: &Value) -> (String, ActionOrigin, StateAction) {
+    let channel = params["channel"].as_str().unwrap_or("").to_owned();
+    let client_seq = params["clientSeq"].as_i64().unwrap_or(0);
+    let origin = ActionOrigin {
+        client_id: client_id.to_owned(),
+        client_seq,
+    };
+    let raw = params.get("action").cloned().unwrap_or(Value::Null);
+    let action: StateAction = match serde_json::from_value(raw.clone()) {
+        Ok(a) => a,
+        // Only a non-object fails: unknown shapes parse as `Unknown` and are refused below.
+        Err(_) => StateAction::Unknown(raw),
+    };
+    (channel, origin, action)
 }
 
 fn to_json(v: impl serde::Serialize) -> Result<Value, RpcError> {

@@ -11,6 +11,18 @@ mod root;
 mod rpc;
 mod server;
 
+/// The message reading and action handling behind the server, for the fuzz targets (`fuzz/`,
+/// feature `fuzzing`). Not part of the API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::host::read_dispatch;
+    pub use crate::resources::is_resource_method;
+    pub use crate::root::RootChannel;
+    pub use crate::rpc::{RpcError, code, from_params};
+    pub use crate::server::{ClientMessage, read_message};
+}
+
 pub use host::{Host, HostConfig};
 pub use root::ROOT;
 pub use server::{ServeConfig, ServerHandle, start};

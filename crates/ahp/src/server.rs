@@ -525,54 +525,99 @@ async fn connection(
     tracing::info!(%peer, "client disconnected");
 }
 
-async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
-    let msg: Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => {
-            tracing::info!(error = %e, "unparseable message");
-            conn.respond(
-                &Value::Null,
-                Err(RpcError::new(
-                    code::PARSE_ERROR,
-                    format!("not valid JSON: {e}"),
-                )),
-            );
-            return;
-        }
-    };
+/// One text frame from a client, read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientMessage {
+    /// A request: it gets an answer.
+    Request {
+        /// Its id (a number or a string).
+        id: Value,
+        /// The method.
+        method: String,
+        /// The params (an object; `{}` when absent).
+        params: Value,
+    },
+    /// A notification: no answer.
+    Notification {
+        /// The method.
+        method: String,
+        /// The params (an object; `{}` when absent).
+        params: Value,
+    },
+    /// The answer to a request this server sent (the whole message).
+    Response(Value),
+}
+
+/// Reads one text frame as JSON-RPC 2.0. An error comes with the id to answer it under
+/// (`null` when the frame has none).
+pub fn read_message(text: &str) -> Result<ClientMessage, Box<(Value, RpcError)>> {
+    let msg: Value = serde_json::from_str(text).map_err(|e| {
+        Box::new((
+            Value::Null,
+            RpcError::new(code::PARSE_ERROR, format!("not valid JSON: {e}")),
+        ))
+    })?;
     let id = msg.get("id").cloned();
-    let invalid = |why: &str| {
-        conn.respond(
-            id.as_ref().unwrap_or(&Value::Null),
-            Err(RpcError::new(code::INVALID_REQUEST, why)),
-        );
-    };
+    // JSON-RPC 2.0 §5: an error is answered under the request's id, or `null` when the id
+    // cannot be read (an object or array is no id; echoing it answered under a non-id).
+    let answer_id = id
+        .clone()
+        .filter(|i| i.is_number() || i.is_string())
+        .unwrap_or(Value::Null);
+    let invalid =
+        |why: &str| Box::new((answer_id.clone(), RpcError::new(code::INVALID_REQUEST, why)));
     let Some(obj) = msg.as_object() else {
-        return invalid("a JSON-RPC message must be an object (batches are not supported)");
+        return Err(invalid(
+            "a JSON-RPC message must be an object (batches are not supported)",
+        ));
     };
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return invalid("`jsonrpc` must be \"2.0\"");
+        return Err(invalid("`jsonrpc` must be \"2.0\""));
     }
     let Some(method) = obj.get("method").and_then(Value::as_str) else {
         if obj.contains_key("result") || obj.contains_key("error") {
-            // The answer to a request this server sent.
-            conn.answered(&msg);
-            return;
+            return Ok(ClientMessage::Response(msg));
         }
-        return invalid("a request needs a `method` string");
+        return Err(invalid("a request needs a `method` string"));
     };
     if let Some(id) = &id
         && !(id.is_number() || id.is_string())
     {
-        return invalid("`id` must be a number or a string");
+        return Err(invalid("`id` must be a number or a string"));
     }
     let params = obj.get("params").cloned().unwrap_or(json!({}));
     if !params.is_object() {
-        return conn.respond(
-            id.as_ref().unwrap_or(&Value::Null),
-            Err(RpcError::invalid_params("`params` must be an object")),
-        );
+        return Err(Box::new((
+            answer_id,
+            RpcError::invalid_params("`params` must be an object"),
+        )));
     }
+    let method = method.to_owned();
+    Ok(match id {
+        Some(id) => ClientMessage::Request { id, method, params },
+        None => ClientMessage::Notification { method, params },
+    })
+}
+
+async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
+    let (id, method, params) = match read_message(text) {
+        Ok(ClientMessage::Request { id, method, params }) => (Some(id), method, params),
+        Ok(ClientMessage::Notification { method, params }) => (None, method, params),
+        Ok(ClientMessage::Response(msg)) => {
+            // The answer to a request this server sent.
+            conn.answered(&msg);
+            return;
+        }
+        Err(refused) => {
+            let (id, e) = *refused;
+            if e.code == code::PARSE_ERROR {
+                tracing::info!(error = %e.message, "unparseable message");
+            }
+            conn.respond(&id, Err(e));
+            return;
+        }
+    };
+    let method = method.as_str();
     let initialized = conn.initialized.load(Ordering::SeqCst);
     match id {
         None => {

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use subtle::ConstantTimeEq;
 
 /// A per-start secret: 256 random bits as 64 lower-case hex characters.
-pub struct Nonce(String);
+pub struct Nonce(pub(crate) String);
 
 impl Nonce {
     /// Draws a fresh nonce from the OS random source.

@@ -7,6 +7,9 @@
 //! they arrive, with only `message_start.message.model` rewritten.
 
 mod auth;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod initiator;
 mod relay;
 mod routes;

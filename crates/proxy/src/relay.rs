@@ -14,6 +14,8 @@ use futures::Stream;
 use futures::stream::BoxStream;
 use http_body_util::StreamBody;
 use hyper::body::Frame;
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -281,12 +283,16 @@ impl Relay {
             let raw = &self.buf[pass_end..end];
             match event_name(raw) {
                 Some(b"message_start") => {
-                    let replaced = rewrite_message_start(
+                    match rewrite_message_start(
                         &event_data(raw),
                         &self.requested_model,
                         &mut self.log,
-                    );
-                    self.replace(&mut pass_end, end, Some(replaced));
+                    ) {
+                        Some(replaced) => self.replace(&mut pass_end, end, Some(replaced)),
+                        // Not JSON: forwarded as received (written out again, data spread
+                        // over several `data:` lines would lose all but the first).
+                        None => pass_end = end,
+                    }
                     self.events_out += 1;
                 }
                 Some(b"message_delta") => {
@@ -442,26 +448,36 @@ impl Relay {
     }
 }
 
-fn rewrite_message_start(data: &[u8], requested_model: &str, log: &mut RequestLog) -> Bytes {
-    match serde_json::from_slice::<serde_json::Value>(data) {
-        Ok(mut v) => {
-            if let Some(msg) = v
-                .get_mut("message")
-                .and_then(serde_json::Value::as_object_mut)
-            {
-                msg.insert(
-                    "model".to_owned(),
-                    serde_json::Value::String(requested_model.to_owned()),
-                );
-            }
-            if let Some(m) = v.get("message") {
-                log.set_usage_from_message(m);
-            }
-            format_event("message_start", &serde_json::to_vec(&v).unwrap_or_default())
-        }
-        // Not JSON: pass it on untouched rather than lose it.
-        Err(_) => format_event("message_start", data),
+/// `message_start` with `message.model` set to the client's id and every other byte of its
+/// data as the upstream sent it (numbers, escapes, key order), or `None` when it has no
+/// `message` object to rewrite: then it passes untouched rather than be lost.
+fn rewrite_message_start(
+    data: &[u8],
+    requested_model: &str,
+    log: &mut RequestLog,
+) -> Option<Bytes> {
+    // Raw values, not `serde_json::Value`: re-serializing a value rewrote numbers (a large
+    // integer became a float that had lost digits) and escapes.
+    type Fields = IndexMap<String, Box<RawValue>>;
+    let mut top: Fields = serde_json::from_slice(data).ok()?;
+    let raw_message = top.get("message")?;
+    let mut message: Fields = serde_json::from_str(raw_message.get()).ok()?;
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(raw_message.get()) {
+        log.set_usage_from_message(&v);
     }
+    message.insert(
+        "model".to_owned(),
+        serde_json::value::to_raw_value(requested_model).ok()?,
+    );
+    top.insert(
+        "message".to_owned(),
+        serde_json::value::to_raw_value(&message).ok()?,
+    );
+    let mut out = serde_json::to_vec(&top).ok()?;
+    // The upstream's whitespace inside values is kept, and a line break there would end the
+    // `data:` line early; in JSON text a raw line break can only be whitespace.
+    out.retain(|b| !matches!(b, b'\n' | b'\r'));
+    Some(format_event("message_start", &out))
 }
 
 fn note_delta_usage(raw: &[u8], log: &mut RequestLog) {

@@ -19,14 +19,29 @@ use futures::StreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::Instant;
 
 /// The response body type: whole or streamed.
 pub(crate) type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
-pub(crate) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+/// A request body the handlers read: hyper's `Incoming` when serving, an in-memory body for
+/// the fuzz targets (`fuzzing` feature).
+pub(crate) trait RequestBody:
+    hyper::body::Body<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+    + Send
+    + 'static
+{
+}
+
+impl<B> RequestBody for B where
+    B: hyper::body::Body<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>
+        + Send
+        + 'static
+{
+}
+
+pub(crate) async fn handle<B: RequestBody>(req: Request<B>, state: Arc<State>) -> Response<Body> {
     // HTTP/1.1 requires exactly one Host; an absolute-form target must name the same
     // authority. Anything else is malformed (400), not merely foreign.
     let hosts = req.headers().get_all(header::HOST).iter().count();
@@ -93,8 +108,8 @@ pub(crate) async fn handle(req: Request<Incoming>, state: Arc<State>) -> Respons
     }
 }
 
-async fn read_body(
-    req: Request<Incoming>,
+async fn read_body<B: RequestBody>(
+    req: Request<B>,
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<Bytes, Response<Body>> {
@@ -135,7 +150,11 @@ async fn read_body(
     }
 }
 
-async fn messages(req: Request<Incoming>, state: Arc<State>, session: String) -> Response<Body> {
+async fn messages<B: RequestBody>(
+    req: Request<B>,
+    state: Arc<State>,
+    session: String,
+) -> Response<Body> {
     let started = Instant::now();
     let header_str = |name: &str| {
         req.headers()
@@ -462,7 +481,7 @@ fn prepare(
     })
 }
 
-async fn count_tokens(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+async fn count_tokens<B: RequestBody>(req: Request<B>, state: Arc<State>) -> Response<Body> {
     let body = match read_body(req, state.config.body_limit, state.config.body_timeout).await {
         Ok(b) => b,
         Err(resp) => return resp,

@@ -15,6 +15,9 @@ pub mod transcripts;
 pub use mcp::SdkMcpServer;
 pub use options::SessionOptions;
 pub use process::kill_group;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use session::fuzzing;
 pub use session::{
     Callbacks, ClaudeSession, ControlError, DenyAll, PermissionResult, SessionError,
 };

@@ -593,6 +593,7 @@ fn describe_status(s: std::process::ExitStatus) -> (String, bool) {
 }
 
 /// One stdout line, or the news that one was too long (and skipped).
+#[cfg_attr(feature = "fuzzing", derive(Debug, PartialEq, Eq))]
 enum Line {
     Text(String),
     TooLong,
@@ -601,16 +602,26 @@ enum Line {
 /// NDJSON framing with a bounded line length. An oversize line is skipped up to its newline
 /// and reported; the stream goes on (a codec that stops at its first error would end the
 /// session over one bad frame).
-struct LineReader {
-    inner: tokio::io::BufReader<tokio::process::ChildStdout>,
+struct LineReader<R = tokio::io::BufReader<tokio::process::ChildStdout>> {
+    inner: R,
     buf: Vec<u8>,
     limit: usize,
 }
 
 impl LineReader {
     fn new(stdout: tokio::process::ChildStdout, limit: usize) -> Self {
+        LineReader::over(
+            tokio::io::BufReader::with_capacity(64 * 1024, stdout),
+            limit,
+        )
+    }
+}
+
+impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
+    /// Frames lines out of any buffered reader (the CLI's stdout; bytes in the fuzz targets).
+    fn over(inner: R, limit: usize) -> Self {
         LineReader {
-            inner: tokio::io::BufReader::with_capacity(64 * 1024, stdout),
+            inner,
             buf: Vec::new(),
             limit,
         }
@@ -891,5 +902,39 @@ async fn pump_server(
         if shared.write(&frame).await.is_err() {
             break;
         }
+    }
+}
+
+/// The stdout framing for the fuzz targets (`fuzz/`, feature `fuzzing`). Not part of the API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{Line, LineReader};
+
+    /// The lines [`LineReader`] frames out of `bytes` when they arrive `read_size` bytes at a
+    /// time, with lines longer than `limit` bytes reported as `None`. The frames the session
+    /// would parse are the `Some` lines that are not blank.
+    pub fn stdout_lines(bytes: &[u8], read_size: usize, limit: usize) -> Vec<Option<String>> {
+        thread_local! {
+            // One runtime for every input: building one per input cost more than the input.
+            static RUNTIME: Option<tokio::runtime::Runtime> =
+                tokio::runtime::Builder::new_current_thread().build().ok();
+        }
+        let read = async {
+            let reader = tokio::io::BufReader::with_capacity(read_size.max(1), bytes);
+            let mut lines = LineReader::over(reader, limit);
+            let mut out = Vec::new();
+            // Reading from memory cannot fail.
+            while let Ok(Some(line)) = lines.next().await {
+                out.push(match line {
+                    Line::Text(t) => Some(t),
+                    Line::TooLong => None,
+                });
+            }
+            out
+        };
+        RUNTIME
+            .with(|rt| rt.as_ref().map(|rt| rt.block_on(read)))
+            .unwrap_or_default()
     }
 }

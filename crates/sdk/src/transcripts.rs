@@ -376,6 +376,19 @@ pub fn read_session(config_dir: &Path, session_id: &str) -> Result<Transcript, T
 /// Reads one transcript file.
 pub fn read_file(path: &Path) -> Result<Transcript, TranscriptError> {
     let text = std::fs::read(path).map_err(io(path))?;
+    Ok(parse_lines(&text, |n| {
+        tracing::warn!(path = %path.display(), line = n, "skipping a bad transcript line");
+    }))
+}
+
+/// A transcript from its text: one JSON object a line; blank lines are ignored and other
+/// lines counted in [`Transcript::skipped`].
+pub fn parse_transcript(text: &[u8]) -> Transcript {
+    parse_lines(text, |_| {})
+}
+
+/// Parses transcript text, telling `bad` the (1-based) number of each line it skips.
+fn parse_lines(text: &[u8], mut bad: impl FnMut(usize)) -> Transcript {
     let mut entries = Vec::new();
     let mut skipped = 0;
     for (n, line) in text.split(|b| *b == b'\n').enumerate() {
@@ -386,11 +399,11 @@ pub fn read_file(path: &Path) -> Result<Transcript, TranscriptError> {
             Ok(Value::Object(m)) => entries.push(m),
             _ => {
                 skipped += 1;
-                tracing::warn!(path = %path.display(), line = n + 1, "skipping a bad transcript line");
+                bad(n + 1);
             }
         }
     }
-    Ok(Transcript { entries, skipped })
+    Transcript { entries, skipped }
 }
 
 /// Copies a session into a new one that the CLI can `--resume`: every non-sidechain entry up

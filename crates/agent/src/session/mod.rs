@@ -7,7 +7,9 @@ mod bridge;
 mod client_tools;
 mod task;
 
+pub use task::empty_chat;
 pub use task::{NewTerminal, changeset_uri, tool_terminal_uri};
+
 pub(crate) use task::{Overlay, SessionDurable, SessionSpec, scope_of, spawn};
 
 use crate::outbox::{Published, ReplayRing};

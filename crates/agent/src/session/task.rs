@@ -607,8 +607,8 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
     handle
 }
 
-/// An empty chat state.
-pub(crate) fn empty_chat(uri: &str, title: &str) -> ChatState {
+/// An empty chat state, as a new session's chat starts.
+pub fn empty_chat(uri: &str, title: &str) -> ChatState {
     ChatState {
         resource: uri.to_owned(),
         title: title.to_owned(),
