@@ -5,7 +5,7 @@
 
 mod common;
 
-use claude_host_agent::{SessionEvent, SessionHandle, StandaloneSession, standalone_session};
+use claude_host_agent::{StandaloneSession, standalone_session};
 use claude_host_protocol::stream_json::FrameKind;
 use claude_host_sdk::{ClaudeSession, DenyAll, SessionOptions};
 use claude_host_testkit::fake::Reply;
@@ -42,10 +42,10 @@ async fn main() -> anyhow::Result<()> {
     let mut warm = Vec::new();
     for _ in 0..runs {
         let s = standalone_session(StandaloneSession::new(opts()));
-        cold.push(first_delta(&s).await?);
+        cold.push(common::first_delta(&s).await?);
         let s = standalone_session(StandaloneSession::new(opts()));
         s.warm().await?;
-        warm.push(first_delta(&s).await?);
+        warm.push(common::first_delta(&s).await?);
     }
 
     // 2. Warm session, later turns: agent layer vs the bare SDK session it wraps.
@@ -56,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
     let mut b = ClaudeSession::spawn(opts(), Arc::new(DenyAll))?;
     b.initialize(None, serde_json::json!({})).await?;
     for _ in 0..runs * 4 {
-        agent.push(first_delta(&s).await?);
+        agent.push(common::first_delta(&s).await?);
         let t = Instant::now();
         b.send_user(serde_json::json!("ping"), None, None).await?;
         let mut first = None;
@@ -104,7 +104,7 @@ async fn main() -> anyhow::Result<()> {
     row("first prompt → first delta, warm session", &warm);
     row("later prompt → first delta, agent session", &agent);
     row("later prompt → first delta, bare SDK session", &bare);
-    let (ma, mb) = (median(&agent), median(&bare));
+    let (ma, mb) = (common::median(&agent), common::median(&bare));
     println!(
         "| agent layer added (median difference) | {:.2} ms | |",
         ma.as_secs_f64() * 1e3 - mb.as_secs_f64() * 1e3
@@ -119,47 +119,12 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn first_delta(s: &SessionHandle) -> anyhow::Result<Duration> {
-    let (_, mut rx) = s.subscribe().await?;
-    let is_delta = |e: &SessionEvent| {
-        matches!(e, SessionEvent::Action(p)
-            if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
-    };
-    let t = Instant::now();
-    let send = s.send("ping");
-    tokio::pin!(send);
-    let mut first = None;
-    loop {
-        tokio::select! {
-            r = &mut send => { r?; break; }
-            e = rx.recv() => {
-                let e = e.ok_or_else(|| anyhow::anyhow!("the session ended"))?;
-                if first.is_none() && is_delta(&e) {
-                    first = Some(t.elapsed());
-                }
-            }
-        }
-    }
-    for e in rx.drain().await {
-        if first.is_none() && is_delta(&e) {
-            first = Some(t.elapsed());
-        }
-    }
-    first.ok_or_else(|| anyhow::anyhow!("no delta"))
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn row(name: &str, v: &[Duration]) {
     let mut s = v.to_vec();
     s.sort();
     println!(
         "| {name} | {:.1} ms | {:.1}..{:.1} ms |",
-        median(v).as_secs_f64() * 1e3,
+        common::median(v).as_secs_f64() * 1e3,
         s[0].as_secs_f64() * 1e3,
         s[s.len() - 1].as_secs_f64() * 1e3
     );

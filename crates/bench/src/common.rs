@@ -83,3 +83,51 @@ pub fn tree(pid: u32) -> Vec<u32> {
     }
     out
 }
+
+/// Sends `ping` to `s` and times it to the first `chat/delta` it publishes.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub async fn first_delta(
+    s: &claude_host_agent::SessionHandle,
+) -> anyhow::Result<std::time::Duration> {
+    use claude_host_agent::SessionEvent;
+    let (_, mut rx) = s.subscribe().await?;
+    let is_delta = |e: &SessionEvent| {
+        matches!(e, SessionEvent::Action(p)
+            if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
+    };
+    let t = std::time::Instant::now();
+    let send = s.send("ping");
+    tokio::pin!(send);
+    let mut first = None;
+    loop {
+        tokio::select! {
+            r = &mut send => { r?; break; }
+            e = rx.recv() => {
+                let e = e.ok_or_else(|| anyhow::anyhow!("the session ended"))?;
+                if first.is_none() && is_delta(&e) {
+                    first = Some(t.elapsed());
+                }
+            }
+        }
+    }
+    for e in rx.drain().await {
+        if first.is_none() && is_delta(&e) {
+            first = Some(t.elapsed());
+        }
+    }
+    first.ok_or_else(|| anyhow::anyhow!("no delta"))
+}
+
+/// The median of some durations (zero for none).
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn median(v: &[std::time::Duration]) -> std::time::Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// A duration in milliseconds.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

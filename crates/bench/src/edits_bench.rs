@@ -119,24 +119,31 @@ fn shell_change(base: &Path, runs: usize) -> anyhow::Result<()> {
     }
     let kept = tracker.store().used();
     let shadow = size_of(&base.join("edits").join("shadow"));
-    let (b, a, c) = (median(&before), median(&after), median(&command));
+    let (b, a, c) = (
+        common::median(&before),
+        common::median(&after),
+        common::median(&command),
+    );
     println!(
         "## A shell command changing {CHANGED} of {FILES} files in a git repository ({} runs)",
         runs * 2
     );
     println!(
         "snapshot before (first, seeded from the repository's index): {:.1} ms",
-        ms(first.unwrap_or_default())
+        common::ms(first.unwrap_or_default())
     );
-    println!("snapshot before (later):  {:.1} ms", ms(b));
+    println!("snapshot before (later):  {:.1} ms", common::ms(b));
     println!(
         "snapshot after + diff + keeping both sides: {:.1} ms",
-        ms(a)
+        common::ms(a)
     );
-    println!("the command itself (sed over the files): {:.1} ms", ms(c));
+    println!(
+        "the command itself (sed over the files): {:.1} ms",
+        common::ms(c)
+    );
     println!(
         "tracking ÷ command: {:.2}",
-        (ms(a) + ms(b)) / ms(c).max(0.001)
+        (common::ms(a) + common::ms(b)) / common::ms(c).max(0.001)
     );
     println!(
         "bytes changed per run: {} KiB; kept in the content store after {} runs: {} KiB (each version once); shadow index and objects: {} KiB",
@@ -194,13 +201,13 @@ async fn quiet_turns(base: &Path, runs: usize) -> anyhow::Result<()> {
             }
             s.close().await;
         }
-        let (p, t) = (median(&plain), median(&tracked));
+        let (p, t) = (common::median(&plain), common::median(&tracked));
         println!(
             "{label}: untracked {:.1} ms, tracked {:.1} ms per turn; extra per tool call {:.2} ms (tracked ÷ untracked {:.2})",
-            ms(p),
-            ms(t),
-            (ms(t) - ms(p)) / 5.0,
-            ms(t) / ms(p).max(0.001)
+            common::ms(p),
+            common::ms(t),
+            (common::ms(t) - common::ms(p)) / 5.0,
+            common::ms(t) / common::ms(p).max(0.001)
         );
     }
     Ok(())
@@ -239,14 +246,4 @@ async fn turn(
 fn uuid_like() -> u64 {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

@@ -12,9 +12,7 @@
 
 mod common;
 
-use claude_host_agent::{
-    Agent, AgentConfig, ChannelKind, ProxyModels, SessionEvent, SessionHandle,
-};
+use claude_host_agent::{Agent, AgentConfig, ChannelKind, ProxyModels};
 use claude_host_testkit::fake::{FakeUpstream, Reply};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,7 +112,7 @@ async fn main() -> anyhow::Result<()> {
     let mut warm_t = Vec::new();
     let mut cold_t = Vec::new();
     for (i, s) in open.iter().skip(active).take(5).enumerate() {
-        warm_t.push(first_delta(warm).await?);
+        warm_t.push(common::first_delta(warm).await?);
         anyhow::ensure!(s.status().cli_pgid.is_none(), "session {i} is not evicted");
         let draft = serde_json::from_value(serde_json::json!({"type": "chat/draftChanged",
             "draft": {"text": "pin", "origin": {"kind": "user"}}}))?;
@@ -129,14 +127,14 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         // The user finishes typing.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        cold_t.push(first_delta(s).await?);
+        cold_t.push(common::first_delta(s).await?);
     }
-    let (w, c) = (median(&warm_t), median(&cold_t));
+    let (w, c) = (common::median(&warm_t), common::median(&cold_t));
     println!(
         "prompt → first delta: warm {:.1} ms, evicted with a draft first {:.1} ms (÷ {:.2})",
-        ms(w),
-        ms(c),
-        ms(c) / ms(w).max(0.001)
+        common::ms(w),
+        common::ms(c),
+        common::ms(c) / common::ms(w).max(0.001)
     );
     for s in &open {
         s.close().await;
@@ -169,43 +167,4 @@ async fn agent(
         Arc::new(ProxyModels::with_upstream(proxy, Arc::new(copilot), None)),
         None,
     ))
-}
-
-async fn first_delta(s: &SessionHandle) -> anyhow::Result<Duration> {
-    let (_, mut rx) = s.subscribe().await?;
-    let t = Instant::now();
-    let send = s.send("ping");
-    tokio::pin!(send);
-    let mut first = None;
-    let is_delta = |e: &SessionEvent| {
-        matches!(e, SessionEvent::Action(p)
-            if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
-    };
-    loop {
-        tokio::select! {
-            r = &mut send => { r?; break; }
-            e = rx.recv() => {
-                let e = e.ok_or_else(|| anyhow::anyhow!("the session ended"))?;
-                if first.is_none() && is_delta(&e) {
-                    first = Some(t.elapsed());
-                }
-            }
-        }
-    }
-    for e in rx.drain().await {
-        if first.is_none() && is_delta(&e) {
-            first = Some(t.elapsed());
-        }
-    }
-    first.ok_or_else(|| anyhow::anyhow!("no delta"))
-}
-
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

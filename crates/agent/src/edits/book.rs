@@ -31,6 +31,21 @@ pub struct FileChange {
     pub from: Option<PathBuf>,
 }
 
+impl FileChange {
+    /// Its `fileEdit` shape, with content URIs of session `session_id`.
+    pub fn file_edit(&self, session_id: &str) -> FileEdit {
+        file_edit(
+            session_id,
+            self.from.as_deref(),
+            &self.path,
+            self.before.as_ref(),
+            self.after.as_ref(),
+            self.added,
+            self.removed,
+        )
+    }
+}
+
 /// Everything one tool call changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EditRecord {
@@ -289,7 +304,7 @@ pub fn operations() -> Vec<ChangesetOperation> {
 pub fn changeset_file(session_id: &str, f: &Composed) -> ChangesetFile {
     ChangesetFile {
         id: file_uri(&f.path),
-        edit: moved_file_edit(
+        edit: file_edit(
             session_id,
             f.from.as_deref(),
             &f.path,
@@ -303,21 +318,9 @@ pub fn changeset_file(session_id: &str, f: &Composed) -> ChangesetFile {
     }
 }
 
-/// The `fileEdit` shape of a change: create = after only, delete = before only.
+/// The `fileEdit` shape of a change: create = after only, delete = before only, a move from
+/// `from` = two sides naming different files.
 pub fn file_edit(
-    session_id: &str,
-    path: &Path,
-    before: Option<&Blob>,
-    after: Option<&Blob>,
-    added: u64,
-    removed: u64,
-) -> FileEdit {
-    moved_file_edit(session_id, None, path, before, after, added, removed)
-}
-
-/// The `fileEdit` shape of a change that may have moved the file from `from` (a rename:
-/// the two sides name different files).
-pub fn moved_file_edit(
     session_id: &str,
     from: Option<&Path>,
     path: &Path,

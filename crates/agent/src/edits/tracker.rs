@@ -177,7 +177,7 @@ impl Tracker {
     }
 
     fn before(&self, input: &HookInput) {
-        let before = if let Some(path) = file_of(input) {
+        let before = if let Some(path) = file_of(&input.tool_name, &input.tool_input) {
             Before::File(path.clone(), read_if_file(&path))
         } else if SHELL_TOOLS.contains(&input.tool_name.as_str()) {
             Before::Shell(self.snapshots())
@@ -222,12 +222,7 @@ impl Tracker {
     /// What a file tool call would change, from its input, for the user to see before
     /// approving it (`None`: not a file tool, or its outcome cannot be foreseen).
     pub fn proposed(&self, tool: &str, input: &Value) -> Option<FileChange> {
-        let path = file_of(&HookInput {
-            hook_event_name: String::new(),
-            tool_name: tool.to_owned(),
-            tool_input: input.clone(),
-            tool_use_id: String::new(),
-        })?;
+        let path = file_of(tool, input)?;
         let old = read_if_file(&path);
         let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
         let replace = |content: String, edit: &Value| -> Option<String> {
@@ -370,13 +365,13 @@ impl Tracker {
 }
 
 /// The file a file tool's input names.
-fn file_of(input: &HookInput) -> Option<PathBuf> {
-    if !FILE_TOOLS.contains(&input.tool_name.as_str()) {
+fn file_of(tool: &str, input: &Value) -> Option<PathBuf> {
+    if !FILE_TOOLS.contains(&tool) {
         return None;
     }
     ["file_path", "notebook_path"]
         .iter()
-        .find_map(|k| input.tool_input.get(*k).and_then(Value::as_str))
+        .find_map(|k| input.get(*k).and_then(Value::as_str))
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
 }

@@ -390,15 +390,7 @@ fn file_edit_parts(session_id: &str, record: &EditRecord) -> Vec<ToolResultConte
         .changes
         .iter()
         .map(|change| {
-            let edit = book::moved_file_edit(
-                session_id,
-                change.from.as_deref(),
-                &change.path,
-                change.before.as_ref(),
-                change.after.as_ref(),
-                change.added,
-                change.removed,
-            );
+            let edit = change.file_edit(session_id);
             ToolResultContent::FileEdit(ToolResultFileEditContent {
                 before: edit.before,
                 after: edit.after,

@@ -91,15 +91,9 @@ impl Task {
             };
             let mut action = actions::tool_call_ready(&turn_id, &id, ready);
             if let (StateAction::ChatToolCallReady(r), Some(c)) = (&mut action, &proposed) {
-                let edit = crate::edits::book::file_edit(
-                    &self.id,
-                    &c.path,
-                    c.before.as_ref(),
-                    c.after.as_ref(),
-                    c.added,
-                    c.removed,
-                );
-                r.edits = Some(ahp_types::state::FileEditCollection { items: vec![edit] });
+                r.edits = Some(ahp_types::state::FileEditCollection {
+                    items: vec![c.file_edit(&self.id)],
+                });
             }
             self.publish_mapped(&kind, vec![action]);
             if let Some(call) = self.pending_call(&kind, &id) {
