@@ -125,6 +125,10 @@ pub struct AgentConfig {
     /// Where sessions keep what their tool calls changed (`<dir>/<session id>`: content,
     /// snapshots, log); `None` tracks nothing.
     pub edits_dir: Option<PathBuf>,
+    /// Where sessions keep their customization decisions and copies of client plugins
+    /// (`<dir>/sessions/<session id>`), and the host its global decisions
+    /// (`<dir>/global.json`); `None` keeps decisions in memory and copies no plugins.
+    pub customizations_dir: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -143,6 +147,7 @@ impl AgentConfig {
             disallowed_tools: Vec::new(),
             durable: None,
             edits_dir: None,
+            customizations_dir: None,
             cli_idle: Some(Duration::from_secs(300)),
         }
     }
@@ -388,8 +393,28 @@ impl Agent {
         models::protected_resources()
     }
 
-    /// The agent's descriptor with its current models (none before authentication).
+    /// Where the customizations of a session in `cwd` come from: the CLI's config folder
+    /// (`CLAUDE_CONFIG_DIR`, else `$HOME/.claude` with the `HOME` the CLI gets).
+    fn customization_sources(&self, cwd: &std::path::Path) -> crate::customizations::Sources {
+        let home = self
+            .config
+            .extra_env
+            .iter()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| PathBuf::from(v))
+            .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+            .unwrap_or_default();
+        crate::customizations::Sources::new(self.config.config_dir.as_deref(), &home, cwd)
+    }
+
+    /// The agent's descriptor with its current models (none before authentication) and the
+    /// user's own customizations (those every session has).
     pub async fn info(&self) -> AgentInfo {
+        let sources = self.customization_sources(&self.config.default_cwd);
+        let customizations =
+            tokio::task::spawn_blocking(move || crate::customizations::discover_user(&sources))
+                .await
+                .ok();
         AgentInfo {
             provider: "claude".into(),
             display_name: "Claude".into(),
@@ -397,7 +422,7 @@ impl Agent {
                 .into(),
             models: self.models().await.unwrap_or_default(),
             protected_resources: Some(self.protected_resources()),
-            customizations: None,
+            customizations,
             capabilities: None,
         }
     }
@@ -534,8 +559,22 @@ impl Agent {
             })
             .ok()
         });
+        let customs = crate::session::CustomsSpec {
+            sources: self.customization_sources(&opts.cwd),
+            dir: self
+                .config
+                .customizations_dir
+                .as_ref()
+                .map(|d| d.join("sessions").join(&id)),
+            global: self
+                .config
+                .customizations_dir
+                .as_ref()
+                .map(|d| d.join("global.json")),
+        };
         SessionSpec {
             edits,
+            customs,
             cli_idle: self.config.cli_idle,
             on_exit: self.on_exit(&id),
             id,

@@ -13,6 +13,8 @@ pub struct SlashCommand {
     pub description: String,
     /// Its arguments, as a hint (`[files]`).
     pub argument_hint: String,
+    /// The `SKILL.md` of a skill (`file:` URI), when it is one and its file is known.
+    pub skill: Option<String>,
 }
 
 /// The commands in the CLI's `initialize` answer (`commands[]`).
@@ -28,6 +30,7 @@ pub fn slash_commands(initialize: &Value) -> Vec<SlashCommand> {
             name: text(c, "name"),
             description: text(c, "description"),
             argument_hint: text(c, "argumentHint"),
+            skill: None,
         })
         .collect()
 }
@@ -163,7 +166,8 @@ mod tests {
             [SlashCommand {
                 name: "review".into(),
                 description: "Review changes".into(),
-                argument_hint: "[files]".into()
+                argument_hint: "[files]".into(),
+                skill: None,
             }]
         );
     }

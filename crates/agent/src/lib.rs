@@ -11,6 +11,7 @@ mod agent;
 pub mod attachments;
 pub mod completions;
 pub mod config;
+pub mod customizations;
 pub mod edits;
 pub mod listing;
 pub mod mapper;

@@ -373,13 +373,21 @@ impl Host {
     }
 
     /// `createSession`: a provisional Claude session with its default chat.
-    pub(crate) async fn create_session(&self, params: &Value) -> Result<Value, RpcError> {
+    pub(crate) async fn create_session(
+        &self,
+        params: &Value,
+        client: Option<(String, Arc<dyn ClientFiles>)>,
+    ) -> Result<Value, RpcError> {
         // Done however it ends (a panic too), so no `subscribe` waits forever.
         let _done = creating_id(params).map(|id| Created { host: self, id });
-        self.create_session_now(params).await
+        self.create_session_now(params, client).await
     }
 
-    async fn create_session_now(&self, params: &Value) -> Result<Value, RpcError> {
+    async fn create_session_now(
+        &self,
+        params: &Value,
+        client: Option<(String, Arc<dyn ClientFiles>)>,
+    ) -> Result<Value, RpcError> {
         let p: ahp_types::commands::CreateSessionParams = parse(params)?;
         if let Some(provider) = p.provider.as_deref().filter(|p| *p != "claude") {
             return Err(RpcError::new(
@@ -428,8 +436,13 @@ impl Host {
             })
             .await
             .map_err(agent_error)?;
-        if let Some(client) = p.active_client {
-            handle.set_active_client(client).await;
+        if let Some(active) = p.active_client {
+            if let Some((id, files)) = client
+                && id == active.client_id
+            {
+                handle.set_client_files(&id, files).await;
+            }
+            handle.set_active_client(active).await;
         }
         Ok(Value::Null)
     }
@@ -841,7 +854,17 @@ impl Host {
                 .filter(|c| c.name.to_lowercase().starts_with(&query))
                 .map(|c| {
                     let mut meta = JsonObject::new();
-                    meta.insert("command".into(), json!(c.name));
+                    match &c.skill {
+                        // VS Code tells a skill by its file.
+                        Some(uri) => {
+                            meta.insert("uri".into(), json!(uri));
+                            meta.insert("name".into(), json!(c.name));
+                            meta.insert("displayName".into(), json!(c.name));
+                        }
+                        None => {
+                            meta.insert("command".into(), json!(c.name));
+                        }
+                    }
                     meta.insert("description".into(), json!(c.description));
                     meta.insert("argumentHint".into(), json!(c.argument_hint));
                     CompletionItem {
@@ -942,7 +965,7 @@ impl Host {
         &self,
         client_id: &str,
         params: &Value,
-        client: Option<&dyn ClientFiles>,
+        client: Option<Arc<dyn ClientFiles>>,
     ) {
         let (channel, origin, action) = read_dispatch(client_id, params);
         match self.target(&channel).await {
@@ -969,10 +992,17 @@ impl Host {
                             .as_ref()
                             .is_some_and(|v| !v.is_empty()) =>
                     {
-                        Some(self.prompt_content(&handle, &a.message, client).await)
+                        Some(
+                            self.prompt_content(&handle, &a.message, client.as_deref())
+                                .await,
+                        )
                     }
                     _ => None,
                 };
+                // The plugins the client publishes are copied through its connection.
+                if let (StateAction::SessionActiveClientSet(_), Some(files)) = (&action, client) {
+                    handle.set_client_files(client_id, files).await;
+                }
                 if handle
                     .dispatch_with_content(kind, action, origin, content)
                     .await
@@ -1129,12 +1159,7 @@ fn read_result(result: Value) -> Result<claude_host_agent::attachments::ReadFile
     })
 }
 
-/// Requests to the client a dispatched action came from (server→client JSON-RPC).
-#[async_trait::async_trait]
-pub(crate) trait ClientFiles: Send + Sync {
-    /// Sends request `method` and waits for its result (an error as its message).
-    async fn request(&self, method: &str, params: Value) -> Result<Value, String>;
-}
+pub(crate) use claude_host_agent::customizations::sync::ClientFiles;
 
 /// The session id a `createSession` names.
 fn creating_id(params: &Value) -> Option<String> {

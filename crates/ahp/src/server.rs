@@ -350,7 +350,7 @@ impl Conn {
 }
 
 #[async_trait::async_trait]
-impl crate::host::ClientFiles for Conn {
+impl claude_host_agent::customizations::sync::ClientFiles for Conn {
     async fn request(&self, method: &str, params: Value) -> Result<Value, String> {
         let n = self.next_ask.fetch_add(1, Ordering::Relaxed);
         // Its own id space, so an answer can never be taken for one of the client's ids.
@@ -439,7 +439,7 @@ async fn connection(
         let (host, conn) = (host.clone(), conn.clone());
         tokio::spawn(async move {
             while let Some(params) = dispatch_rx.recv().await {
-                host.dispatch(&conn.client_id(), &params, Some(&*conn))
+                host.dispatch(&conn.client_id(), &params, Some(conn.clone()))
                     .await;
             }
         })
@@ -701,7 +701,11 @@ async fn request(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, method: &str, p
         "initialize" => return initialize(host, conn, id, &params).await,
         "reconnect" => return reconnect(host, conn, id, &params).await,
         "subscribe" => return subscribe(host, conn, id, &params).await,
-        "createSession" => host.create_session(&params).await,
+        "createSession" => {
+            let files: Arc<dyn claude_host_agent::customizations::sync::ClientFiles> = conn.clone();
+            host.create_session(&params, Some((conn.client_id(), files)))
+                .await
+        }
         "disposeSession" => host.dispose_session(&params).await,
         "createChat" => host.create_chat(&params).await,
         "listSessions" => host.list_sessions(&params).await,

@@ -243,9 +243,14 @@ pub(crate) async fn run(
             let chain = t.main_chain();
             if args.json {
                 let entries: Vec<&serde_json::Map<String, Value>> = chain.clone();
+                let active = claude_host_agent::customizations::active_summary(
+                    &home.join("customizations"),
+                    id,
+                );
                 println!(
                     "{}",
-                    json!({"id": id, "entries": entries, "skipped_lines": t.skipped})
+                    json!({"id": id, "entries": entries, "skipped_lines": t.skipped,
+                        "customizations": active})
                 );
             } else {
                 for e in chain {
@@ -253,6 +258,16 @@ pub(crate) async fn run(
                 }
                 if t.skipped > 0 {
                     eprintln!("({} unreadable lines skipped)", t.skipped);
+                }
+                let active = claude_host_agent::customizations::active_summary(
+                    &home.join("customizations"),
+                    id,
+                );
+                if !active.is_empty() {
+                    println!("\nCustomizations when it last ran:");
+                    for line in active {
+                        println!("  {line}");
+                    }
                 }
             }
         }
@@ -321,6 +336,8 @@ pub(crate) async fn delete_session(
     }
     claude_host_agent::edits::delete_session(&home.join("edits"), id)
         .context("cannot remove the session's edit history")?;
+    claude_host_agent::customizations::delete_session(&home.join("customizations"), id)
+        .context("cannot remove the session's customization decisions and plugin copies")?;
     let store_path = home.join("sessions.sqlite");
     if db.is_none() && store_path.exists() {
         let store = claude_host_store::SqliteStore::open(&store_path).await?;

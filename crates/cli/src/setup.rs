@@ -396,6 +396,7 @@ pub(crate) async fn build_agent(
     config.config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     config.allow_bypass_permissions = allow_bypass_permissions;
     config.edits_dir = Some(ctx.home.join("edits"));
+    config.customizations_dir = Some(ctx.home.join("customizations"));
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.durable = db.map(|db| claude_host_agent::Durable {

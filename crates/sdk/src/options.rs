@@ -43,6 +43,12 @@ pub struct SessionOptions {
     pub mcp_config: Option<Value>,
     /// `--add-dir`, repeated.
     pub additional_directories: Vec<PathBuf>,
+    /// `--settings <json>`: flag settings, the highest-precedence source short of policy.
+    pub settings: Option<Value>,
+    /// `--plugin-dir`, repeated.
+    pub plugin_dirs: Vec<PathBuf>,
+    /// `--agent`: the session's main thread runs as this agent.
+    pub agent: Option<String>,
     /// `--max-thinking-tokens`.
     pub max_thinking_tokens: Option<u32>,
     /// `--replay-user-messages`.
@@ -111,6 +117,9 @@ impl SessionOptions {
             disallowed_tools: Vec::new(),
             mcp_config: None,
             additional_directories: Vec::new(),
+            settings: None,
+            plugin_dirs: Vec::new(),
+            agent: None,
             max_thinking_tokens: None,
             replay_user_messages: false,
             session_mirror: false,
@@ -172,6 +181,16 @@ impl SessionOptions {
         }
         for d in &self.additional_directories {
             a.push(format!("--add-dir={}", d.display()));
+        }
+        if let Some(s) = &self.settings {
+            a.push("--settings".into());
+            a.push(s.to_string());
+        }
+        for d in &self.plugin_dirs {
+            a.push(format!("--plugin-dir={}", d.display()));
+        }
+        if let Some(agent) = &self.agent {
+            a.push(format!("--agent={agent}"));
         }
         if let Some(t) = self.max_thinking_tokens {
             a.push(if t == 0 {
@@ -238,6 +257,9 @@ mod tests {
         o.resume = Some("abc".into());
         o.include_partial_messages = true;
         o.disallowed_tools = vec!["AskUserQuestion".into()];
+        o.settings = Some(serde_json::json!({"skillOverrides": {"x": "off"}}));
+        o.plugin_dirs = vec!["/p".into()];
+        o.agent = Some("rev".into());
         let argv = o.argv();
         assert_eq!(
             argv,
@@ -251,7 +273,11 @@ mod tests {
                 "--model=sonnet",
                 "--resume=abc",
                 "--include-partial-messages",
-                "--disallowedTools=AskUserQuestion"
+                "--disallowedTools=AskUserQuestion",
+                "--settings",
+                r#"{"skillOverrides":{"x":"off"}}"#,
+                "--plugin-dir=/p",
+                "--agent=rev"
             ]
         );
         assert!(!argv.iter().any(|a| a.contains("n.s")), "secret on argv");

@@ -25,3 +25,8 @@ pub fn git(dir: &std::path::Path, args: &[&str]) {
         .is_ok_and(|s| s.success());
     assert!(ok, "git {args:?} failed in {}", dir.display());
 }
+
+/// The tiny stdio MCP server the tests ship (Node, one tool `shout`; `--crash` exits at start).
+pub fn tiny_mcp_server() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tiny-mcp.js")
+}

@@ -10,6 +10,7 @@ mod task;
 pub use task::empty_chat;
 pub use task::{NewTerminal, changeset_uri, tool_terminal_uri};
 
+pub(crate) use task::customs::CustomsSpec;
 pub(crate) use task::{Overlay, SessionDurable, SessionSpec, scope_of, spawn};
 
 use crate::outbox::{Published, ReplayRing};
@@ -433,6 +434,23 @@ impl SessionHandle {
             .await;
     }
 
+    /// How to reach a client's files: the plugins it publishes are copied through it. Give
+    /// it before the client's `activeClients` entry.
+    pub async fn set_client_files(
+        &self,
+        client_id: &str,
+        files: Arc<dyn crate::customizations::sync::ClientFiles>,
+    ) {
+        let _ = self
+            .0
+            .commands
+            .send(Command::ClientFiles {
+                client_id: client_id.to_owned(),
+                files,
+            })
+            .await;
+    }
+
     /// A client is gone (its connection closed): it leaves `activeClients`.
     pub async fn remove_active_client(&self, client_id: &str) {
         let _ = self
@@ -760,7 +778,20 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
             .map_err(|e| tracing::warn!(error = %e, "edits in this session are not tracked"))
             .ok()
     });
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    let customs = CustomsSpec {
+        sources: crate::customizations::Sources::new(
+            s.opts.config_dir.as_deref(),
+            &home,
+            &s.opts.cwd,
+        ),
+        dir: None,
+        global: None,
+    };
     spawn(SessionSpec {
+        customs,
         uris: crate::agent::default_uris(&id),
         id,
         opts: s.opts,

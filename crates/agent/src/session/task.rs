@@ -7,6 +7,7 @@
 
 mod cli;
 mod client;
+pub(crate) mod customs;
 mod disk;
 mod dispatch;
 mod edits;
@@ -92,6 +93,11 @@ pub(crate) enum Command {
     },
     /// A client became active in the session (`Ok`), or left it (`Err(client id)`).
     ActiveClient(Result<SessionActiveClient, String>),
+    /// How to reach a client's files (its published plugins are copied through it).
+    ClientFiles {
+        client_id: String,
+        files: Arc<dyn crate::customizations::sync::ClientFiles>,
+    },
     Subscribe {
         reply: oneshot::Sender<(SessionSnapshot, broadcast::Receiver<Arc<Published>>)>,
     },
@@ -189,6 +195,24 @@ pub(crate) enum Keep {
 
 /// What jobs beside the task and the CLI's callbacks report.
 pub(crate) enum Internal {
+    /// The CLI's MCP servers (`mcp_status`).
+    McpStatus {
+        generation: u64,
+        servers: Vec<Value>,
+    },
+    /// The CLI runs as the turn's agent now (or refused to).
+    AgentApplied {
+        generation: u64,
+        agent: Option<String>,
+        result: Result<(), String>,
+    },
+    /// A client plugin was copied (or not).
+    PluginCopied {
+        client: String,
+        id: String,
+        nonce: Option<String>,
+        result: Result<PathBuf, String>,
+    },
     Started {
         generation: u64,
         /// The CLI and the slash commands it offers.
@@ -276,6 +300,8 @@ pub(crate) struct SessionSpec {
     pub subagents: Vec<crate::subagent::RestoredSubagent>,
     /// Records what its tool calls change on disk (`None`: not tracked).
     pub edits: Option<Arc<crate::edits::Tracker>>,
+    /// Where its customizations come from and its decisions are kept.
+    pub customs: customs::CustomsSpec,
     /// How long its CLI may sit idle before it is stopped (`None`: kept while it is open).
     pub cli_idle: Option<Duration>,
     /// A transcript exists under `id`: the first CLI resumes it.
@@ -589,8 +615,10 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         cli_idle_since: None,
         running_tasks: std::collections::HashSet::new(),
         evicted: false,
+        customs: customs::Customs::new(spec.customs),
     };
     let mut task = task;
+    task.refresh_customizations();
     // A cut made before the last close, with no turn since: resume at it, show what it kept.
     if let Some((anchor, kept)) = task.edits.as_ref().and_then(|t| t.cut())
         && task.resumable
@@ -777,6 +805,8 @@ struct Task {
     running_tasks: std::collections::HashSet<String>,
     /// The CLI was stopped for being idle (opening the session starts it again).
     evicted: bool,
+    /// Its customizations.
+    customs: customs::Customs,
 }
 
 impl Task {
@@ -953,7 +983,7 @@ impl Task {
     async fn on_command(&mut self, cmd: Command) {
         match cmd {
             Command::SlashCommands { reply } => {
-                let out = self.slash_commands.clone();
+                let out = self.with_skill_files(self.slash_commands.clone());
                 self.deliver(reply, out);
             }
             Command::ActiveClient(Ok(client)) => {
@@ -963,7 +993,9 @@ impl Task {
                         active_client: client,
                     },
                 ));
+                self.client_plugins_changed().await;
             }
+            Command::ClientFiles { client_id, files } => self.set_client_files(client_id, files),
             Command::ActiveClient(Err(client_id)) => {
                 self.client_left(&client_id);
                 if self
@@ -1061,6 +1093,7 @@ impl Task {
             Command::Close { reply } => {
                 self.close_waiters.push(reply);
                 self.closing = true;
+                self.save_active_summary();
             }
             Command::ChangesetOperation {
                 scope,
@@ -1264,6 +1297,7 @@ fn refuse_command(cmd: Command) {
         | Command::Snapshot { .. }
         | Command::Dispatch { .. }
         | Command::SlashCommands { .. }
-        | Command::ActiveClient(_) => {}
+        | Command::ActiveClient(_)
+        | Command::ClientFiles { .. } => {}
     }
 }

@@ -100,6 +100,7 @@ async fn serve(
     );
     config.config_dir = Some(dir.join(".claude"));
     config.edits_dir = Some(dir.join("edits"));
+    config.customizations_dir = Some(dir.join("customizations"));
     config
         .extra_env
         .push(("HOME".into(), dir.display().to_string()));

@@ -10,6 +10,7 @@ use pretty_assertions::assert_eq;
 use std::collections::HashMap;
 use tokio_tungstenite::tungstenite::Message;
 
+mod customizations;
 mod edits;
 mod terminals;
 
@@ -35,6 +36,8 @@ struct VsCode {
     notes: Vec<Value>,
     /// Files this client has (URI → content), served to the host's `resourceRead`.
     files: HashMap<String, Vec<u8>>,
+    /// Files this client lists but cannot read.
+    unreadable: Vec<String>,
 }
 
 impl VsCode {
@@ -49,6 +52,7 @@ impl VsCode {
             actions: Vec::new(),
             notes: Vec::new(),
             files: HashMap::new(),
+            unreadable: Vec::new(),
         }
     }
 
@@ -70,19 +74,45 @@ impl VsCode {
             let Message::Text(t) = msg else { continue };
             let v: Value = serde_json::from_str(t.as_str()).unwrap();
             if let (Some(method), Some(id)) = (v["method"].as_str(), v.get("id")) {
-                // A request of the host: VS Code answers `resourceRead` from its own files.
-                let answer = match (
-                    method,
-                    self.files.get(v["params"]["uri"].as_str().unwrap_or("")),
-                ) {
-                    ("resourceRead", Some(bytes)) => {
-                        use base64::Engine as _;
-                        json!({"jsonrpc": "2.0", "id": id, "result": {
-                            "data": base64::engine::general_purpose::STANDARD.encode(bytes),
-                            "encoding": "base64"}})
+                // A request of the host: VS Code answers `resourceRead` and `resourceList`
+                // from its own files.
+                let uri = v["params"]["uri"].as_str().unwrap_or("");
+                let answer = match method {
+                    "resourceRead" if self.unreadable.iter().any(|u| u == uri) => {
+                        json!({"jsonrpc": "2.0", "id": id,
+                            "error": {"code": -32000, "message": "permission denied"}})
                     }
-                    ("resourceRead", None) => json!({"jsonrpc": "2.0", "id": id,
-                        "error": {"code": -32008, "message": "file not found"}}),
+                    "resourceRead" => match self.files.get(uri) {
+                        Some(bytes) => {
+                            use base64::Engine as _;
+                            json!({"jsonrpc": "2.0", "id": id, "result": {
+                                "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+                                "encoding": "base64"}})
+                        }
+                        None => json!({"jsonrpc": "2.0", "id": id,
+                            "error": {"code": -32008, "message": "file not found"}}),
+                    },
+                    "resourceList" => {
+                        let prefix = format!("{}/", uri.trim_end_matches('/'));
+                        let mut entries = std::collections::BTreeMap::new();
+                        for k in self.files.keys().chain(&self.unreadable) {
+                            if let Some(rest) = k.strip_prefix(&prefix) {
+                                let (name, dir) = match rest.split_once('/') {
+                                    Some((d, _)) => (d, true),
+                                    None => (rest, false),
+                                };
+                                entries.insert(
+                                    name.to_owned(),
+                                    if dir { "directory" } else { "file" },
+                                );
+                            }
+                        }
+                        let entries: Vec<Value> = entries
+                            .into_iter()
+                            .map(|(name, ty)| json!({"name": name, "type": ty}))
+                            .collect();
+                        json!({"jsonrpc": "2.0", "id": id, "result": {"entries": entries}})
+                    }
                     _ => json!({"jsonrpc": "2.0", "id": id,
                         "error": {"code": -32000, "message": "unhandled"}}),
                 };

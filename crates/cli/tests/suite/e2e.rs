@@ -1269,3 +1269,45 @@ async fn sessions_rewind_puts_the_tree_back_as_it_was_after_turn_one_and_cuts_th
         "{last}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_expands_a_projects_slash_command_and_show_lists_what_was_active() {
+    let h = Host::new().await;
+    h.fake.set_default_reply(Reply::text("Released."));
+    let cwd = h.cwd();
+    std::fs::create_dir_all(cwd.join(".claude/commands")).unwrap();
+    std::fs::write(
+        cwd.join(".claude/commands/release.md"),
+        "---\ndescription: Cut a release\n---\nMake release $ARGUMENTS with RELEASE-STEPS.\n",
+    )
+    .unwrap();
+    let mut c = h.cmd();
+    c.args(["run", "/release 1.4.2"]);
+    let out = blocking(move || run(c)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout(&out).trim(), "Released.");
+    let sent = h.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(
+        sent.contains("Make release 1.4.2 with RELEASE-STEPS."),
+        "the command's text with its argument: {sent}"
+    );
+
+    let mut c = h.cmd();
+    c.args(["sessions", "list", "--json"]);
+    let out = blocking(move || run(c)).await;
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let id = list["sessions"][0]["id"].as_str().unwrap().to_owned();
+    let mut c = h.cmd();
+    c.args(["sessions", "show", &id]);
+    let out = blocking(move || run(c)).await;
+    let shown = stdout(&out);
+    assert!(
+        shown.contains("Customizations when it last ran:"),
+        "{shown}"
+    );
+    assert!(shown.contains("command release"), "{shown}");
+}

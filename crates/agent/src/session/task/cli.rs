@@ -179,6 +179,7 @@ impl Task {
         }
         // Each line of the transcript is also reported, for the shared store.
         opts.session_mirror = self.durable.is_some();
+        self.apply_customizations(&mut opts);
         self.cli_settings = self.settings.clone();
         let servers = self.client_tool_servers(generation);
         let tx = self.internal_tx.clone();
@@ -232,7 +233,9 @@ impl Task {
                 }
                 match result {
                     Ok((cli, commands)) => {
-                        self.cli = Cli::Live(Arc::from(cli));
+                        let cli: Arc<ClaudeSession> = Arc::from(cli);
+                        self.watch_mcp(cli.clone());
+                        self.cli = Cli::Live(cli);
                         self.slash_commands = commands;
                         for w in std::mem::take(&mut self.warm_waiters) {
                             self.deliver(w, Ok(()));
@@ -302,7 +305,24 @@ impl Task {
             Internal::Pump => {
                 self.next_queued();
                 self.pump().await;
+                self.apply_between_turns().await;
+                self.save_active_summary();
             }
+            Internal::AgentApplied {
+                generation,
+                agent,
+                result,
+            } => self.on_agent_applied(generation, agent, result).await,
+            Internal::McpStatus {
+                generation,
+                servers,
+            } => self.on_mcp_status(generation, servers),
+            Internal::PluginCopied {
+                client,
+                id,
+                nonce,
+                result,
+            } => self.on_plugin_copied(client, id, nonce, result).await,
         }
     }
 }

@@ -138,6 +138,7 @@ impl Task {
                 a @ (StateAction::SessionActiveClientSet(_)
                 | StateAction::SessionActiveClientRemoved(_)),
             ) => {
+                let set = matches!(a, StateAction::SessionActiveClientSet(_));
                 match &a {
                     StateAction::SessionActiveClientSet(s) => {
                         self.client_back(&s.active_client.client_id);
@@ -146,7 +147,23 @@ impl Task {
                     _ => {}
                 }
                 self.publish(ChannelKind::Session, a, Some(origin.clone()));
+                if set {
+                    self.client_plugins_changed().await;
+                }
                 Ok(())
+            }
+            (ChannelKind::Session, StateAction::SessionCustomizationToggled(t)) => {
+                self.on_toggle(t, &origin).await
+            }
+            (ChannelKind::Session, StateAction::SessionMcpServerStartRequested(r)) => {
+                let id = r.id.clone();
+                let a = StateAction::SessionMcpServerStartRequested(r);
+                self.on_mcp_request(&id, true, a, &origin).await
+            }
+            (ChannelKind::Session, StateAction::SessionMcpServerStopRequested(r)) => {
+                let id = r.id.clone();
+                let a = StateAction::SessionMcpServerStopRequested(r);
+                self.on_mcp_request(&id, false, a, &origin).await
             }
             (_, StateAction::Unknown(v)) => Err(format!(
                 "{} is malformed or not an action this host knows",
@@ -197,6 +214,11 @@ impl Task {
         }
         if self.closing {
             return Err("the session is closing".into());
+        }
+        if let Some(agent) = &a.message.agent
+            && self.agent_for(&agent.uri).is_none()
+        {
+            return Err(format!("no agent {} in this session", agent.uri));
         }
         // The model and effort picked for this turn become the session's.
         let mut values = JsonObject::new();

@@ -43,7 +43,7 @@ impl Task {
     }
 
     /// Whether the live CLI does nothing anyone waits for.
-    fn cli_idle(&self) -> bool {
+    pub(super) fn cli_idle(&self) -> bool {
         matches!(self.cli, Cli::Live(_))
             && self.turn.is_none()
             && self.settling.is_none()

@@ -50,6 +50,7 @@ impl Task {
         queued_id: Option<String>,
     ) {
         let text = message.text.clone();
+        self.customs.want_agent = message.agent.as_ref().and_then(|a| self.agent_for(&a.uri));
         match echo {
             Some((action, origin)) => self.publish(ChannelKind::Chat, action, Some(origin)),
             None => self.chat(actions::turn_started(&turn_id, message, queued_id)),
@@ -116,7 +117,7 @@ impl Task {
         if !waiting || self.settling.is_some() || self.applying.is_some() || self.closing {
             return;
         }
-        if (self.restart_needed || self.client_tools_changed())
+        if (self.restart_needed || self.client_tools_changed() || self.customizations_changed())
             && let Cli::Live(_) = &self.cli
         {
             // Between turns only: a new CLI resumes the session with what changed.
@@ -128,6 +129,9 @@ impl Task {
             Cli::None => self.start_cli(),
             Cli::Live(cli) => {
                 let cli = cli.clone();
+                if self.agent_pending(&cli) {
+                    return;
+                }
                 let Some((command, content)) = self
                     .turn
                     .as_ref()
