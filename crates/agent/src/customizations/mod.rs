@@ -61,6 +61,14 @@ pub enum Target {
     Mcp(String),
     /// A client's plugin: its `--plugin-dir` is left out.
     ClientPlugin(String),
+    /// A plugin installed from a marketplace (`name@marketplace`), and whether the user's
+    /// settings enable it: `enabledPlugins` in the flag settings says otherwise.
+    Installed {
+        /// `name@marketplace`.
+        key: String,
+        /// Whether `enabledPlugins` of the settings files turns it on.
+        in_settings: bool,
+    },
     /// Hooks: Claude Code runs all of a settings file's hooks or none.
     Hook,
     /// A container: its children are what it switches.
@@ -233,6 +241,7 @@ impl Discovered {
             );
         }
         self.mcp(sources, project);
+        self.installed_plugins(sources, project);
     }
 
     fn folder(
@@ -383,51 +392,156 @@ impl Discovered {
         ));
     }
 
+    /// MCP servers, a container per file that declares them: the project's `.mcp.json`, the
+    /// user's `.claude.json` (its own and this folder's entry). A file that cannot be read
+    /// is a container in error.
     fn mcp(&mut self, sources: &Sources, project: bool) {
-        let mut declared: Vec<(String, PathBuf)> = Vec::new();
-        let mcp_json = sources.cwd.join(".mcp.json");
-        match scan::json_file(&mcp_json) {
-            Ok(Some(v)) if project => declared.extend(
-                scan::mcp_servers(&v)
-                    .into_iter()
-                    .map(|(n, _)| (n, mcp_json.clone())),
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::info!(error = %e, "project MCP servers not read"),
+        if project {
+            let mcp_json = sources.cwd.join(".mcp.json");
+            let read = scan::json_file(&mcp_json).map(|v| v.map(|v| scan::mcp_servers(&v)));
+            self.mcp_container("project:mcp", "Project MCP servers", &mcp_json, read);
         }
-        if let Ok(Some(v)) = scan::json_file(&sources.claude_json) {
-            declared.extend(
-                scan::mcp_servers(&v)
-                    .into_iter()
-                    .map(|(n, _)| (n, sources.claude_json.clone())),
-            );
-            let cwd = sources.cwd.display().to_string();
-            if project && let Some(p) = v.get("projects").and_then(|p| p.get(&cwd)) {
-                declared.extend(
-                    scan::mcp_servers(p)
-                        .into_iter()
-                        .map(|(n, _)| (n, sources.claude_json.clone())),
-                );
-            }
-        }
-        for (name, file) in declared {
-            self.add_mcp(&name, &file);
-        }
+        let read = scan::json_file(&sources.claude_json).map(|v| {
+            v.map(|v| {
+                let mut servers = scan::mcp_servers(&v);
+                let cwd = sources.cwd.display().to_string();
+                if project && let Some(p) = v.get("projects").and_then(|p| p.get(&cwd)) {
+                    servers.extend(scan::mcp_servers(p));
+                }
+                servers
+            })
+        });
+        self.mcp_container("user:mcp", "User MCP servers", &sources.claude_json, read);
     }
 
-    fn add_mcp(&mut self, name: &str, file: &Path) {
-        let id = mcp_id(name);
-        if self.targets.contains_key(&id) {
-            return;
+    fn mcp_container(
+        &mut self,
+        id: &str,
+        label: &str,
+        file: &Path,
+        read: Result<Option<Vec<(String, String)>>, String>,
+    ) {
+        let (servers, load) = match read {
+            Ok(None) => return,
+            Ok(Some(s)) if s.is_empty() => return,
+            Ok(Some(s)) => (s, loaded()),
+            Err(e) => {
+                tracing::info!(error = %e, "MCP servers not read");
+                (Vec::new(), load_error(e))
+            }
+        };
+        let mut children = Vec::new();
+        for (name, _) in servers {
+            let cid = mcp_id(&name);
+            if self.targets.contains_key(&cid) {
+                continue;
+            }
+            self.targets.insert(cid.clone(), Target::Mcp(name.clone()));
+            children.push(ChildCustomization::McpServer(Box::new(mcp_entry(
+                cid,
+                file_uri(file),
+                &name,
+                McpServerState::Stopped(McpServerStoppedState {}),
+            ))));
         }
-        self.targets
-            .insert(id.clone(), Target::Mcp(name.to_owned()));
-        self.tree.push(Customization::McpServer(Box::new(mcp_entry(
-            id,
+        self.targets.insert(id.to_owned(), Target::Container);
+        self.tree.push(directory(
+            id.to_owned(),
             file_uri(file),
-            name,
-            McpServerState::Stopped(McpServerStoppedState {}),
-        ))));
+            label.to_owned(),
+            CustomizationType::McpServer,
+            children,
+            load,
+            false,
+        ));
+    }
+
+    /// Plugins installed from marketplaces (`plugins/installed_plugins.json`), enabled or not
+    /// by `enabledPlugins` in the settings files.
+    fn installed_plugins(&mut self, sources: &Sources, project: bool) {
+        let registry = sources
+            .user_dir
+            .join("plugins")
+            .join("installed_plugins.json");
+        let installed = match scan::json_file(&registry) {
+            Ok(Some(v)) => v,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::info!(error = %e, "installed plugins not read");
+                return;
+            }
+        };
+        let mut settings_files = vec![sources.user_dir.join("settings.json")];
+        if project {
+            let dir = sources.cwd.join(".claude");
+            settings_files.push(dir.join("settings.json"));
+            settings_files.push(dir.join("settings.local.json"));
+        }
+        let mut enabled: BTreeMap<String, bool> = BTreeMap::new();
+        for f in settings_files {
+            if let Ok(Some(v)) = scan::json_file(&f)
+                && let Some(m) = v.get("enabledPlugins").and_then(Value::as_object)
+            {
+                for (k, on) in m {
+                    enabled.insert(k.clone(), on.as_bool().unwrap_or(false));
+                }
+            }
+        }
+        let cwd = sources.cwd.display().to_string();
+        for (key, entry) in installed
+            .get("plugins")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            // Version 1 holds one install per plugin, version 2 a list by scope.
+            let install = match entry {
+                Value::Array(list) => list.iter().find(|i| {
+                    i.get("projectPath")
+                        .and_then(Value::as_str)
+                        .is_none_or(|p| p == cwd)
+                }),
+                other => Some(other),
+            };
+            let Some(path) = install
+                .and_then(|i| i.get("installPath"))
+                .and_then(Value::as_str)
+            else {
+                continue;
+            };
+            let dir = PathBuf::from(path);
+            let in_settings = enabled.get(key).copied().unwrap_or(false);
+            let id = format!("installed:{key}");
+            self.targets.insert(
+                id.clone(),
+                Target::Installed {
+                    key: key.clone(),
+                    in_settings,
+                },
+            );
+            let (load, children, version) = match scan::plugin_manifest(&dir) {
+                Err(e) => (load_error(e), Some(Vec::new()), None),
+                Ok((name, version)) => {
+                    let children = self.plugin_children(&id, &name, &dir);
+                    (loaded(), Some(children), version)
+                }
+            };
+            self.tree.push(Customization::Plugin(PluginCustomization {
+                id,
+                uri: file_uri(&dir),
+                name: key.clone(),
+                icons: None,
+                range: None,
+                meta: None,
+                client_id: None,
+                load,
+                children,
+                // What the settings say, as a global decision a client may override.
+                enablement: (!in_settings)
+                    .then(|| vec![CustomizationEnablement::Global { enabled: false }]),
+                version,
+            }));
+        }
     }
 
     fn client_plugin(&mut self, p: &ClientPlugin) {
@@ -570,6 +684,14 @@ fn child_parts(c: &ChildCustomization) -> Option<(&str, bool)> {
 /// Every id in the tree with whether it is in effect (a child counts only while its container
 /// is on).
 pub fn effective(tree: &[Customization]) -> Vec<(String, bool)> {
+    effective_in(tree)
+        .into_iter()
+        .map(|(id, on, _)| (id, on))
+        .collect()
+}
+
+/// [`effective`], with each child's container.
+fn effective_in(tree: &[Customization]) -> Vec<(String, bool, Option<String>)> {
     let mut out = Vec::new();
     for c in tree {
         let (id, on, children) = match c {
@@ -584,10 +706,10 @@ pub fn effective(tree: &[Customization]) -> Vec<(String, bool)> {
             }
             Customization::Unknown(_) => continue,
         };
-        out.push((id.to_owned(), on));
+        out.push((id.to_owned(), on, None));
         for ch in children.into_iter().flatten() {
             if let Some((cid, con)) = child_parts(ch) {
-                out.push((cid.to_owned(), on && con));
+                out.push((cid.to_owned(), on && con, Some(id.to_owned())));
             }
         }
     }
@@ -614,7 +736,31 @@ impl CliInputs {
         let mut denied: BTreeSet<String> = stopped.clone();
         let mut disallowed = Vec::new();
         let mut off_plugins = BTreeSet::new();
-        for (id, on) in effective(tree) {
+        let mut installed = serde_json::Map::new();
+        let entries = effective_in(tree);
+        let off: BTreeSet<&str> = entries
+            .iter()
+            .filter(|(_, on, _)| !on)
+            .map(|(id, _, _)| id.as_str())
+            .collect();
+        for (id, on, parent) in &entries {
+            // A plugin that is off takes its children with it; they need nothing of their own.
+            let plugin_off = parent.as_ref().is_some_and(|p| {
+                off.contains(p.as_str())
+                    && matches!(
+                        d.targets.get(p),
+                        Some(Target::ClientPlugin(_) | Target::Installed { .. })
+                    )
+            });
+            if plugin_off {
+                continue;
+            }
+            let (id, on) = (id.clone(), *on);
+            if let Some(Target::Installed { key, in_settings }) = d.targets.get(&id)
+                && on != *in_settings
+            {
+                installed.insert(key.clone(), Value::Bool(on));
+            }
             if on {
                 continue;
             }
@@ -630,7 +776,7 @@ impl CliInputs {
                 Some(Target::ClientPlugin(p)) => {
                     off_plugins.insert(p.clone());
                 }
-                Some(Target::Hook | Target::Container) | None => {}
+                Some(Target::Hook | Target::Container | Target::Installed { .. }) | None => {}
             }
         }
         let mut settings = serde_json::Map::new();
@@ -642,6 +788,9 @@ impl CliInputs {
         }
         if !excludes.is_empty() {
             settings.insert("claudeMdExcludes".into(), Value::Array(excludes));
+        }
+        if !installed.is_empty() {
+            settings.insert("enabledPlugins".into(), Value::Object(installed));
         }
         if !denied.is_empty() {
             settings.insert(
@@ -1156,6 +1305,77 @@ mod tests {
     }
 
     #[test]
+    fn installed_plugins_are_listed_as_the_settings_enable_them_and_toggled_by_flag_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let on = d.join("cache/on");
+        let off = d.join("cache/off");
+        write(&on, ".claude-plugin/plugin.json", r#"{"name": "onplug"}"#);
+        write(&on, "skills/s/SKILL.md", "---\nname: s\n---\nx");
+        write(&off, ".claude-plugin/plugin.json", r#"{"name": "offplug"}"#);
+        write(
+            d,
+            "home/.claude/plugins/installed_plugins.json",
+            &json!({"version": 2, "plugins": {
+                "onplug@mkt": [{"scope": "user", "installPath": on}],
+                "offplug@mkt": [{"scope": "user", "installPath": off}]}})
+            .to_string(),
+        );
+        write(
+            d,
+            "home/.claude/settings.json",
+            r#"{"enabledPlugins": {"onplug@mkt": true}}"#,
+        );
+        let found = discover(&sources(d), &[]);
+        let states: BTreeMap<String, bool> = effective(&found.tree).into_iter().collect();
+        assert_eq!(states.get("installed:onplug@mkt"), Some(&true));
+        assert_eq!(states.get("installed:offplug@mkt"), Some(&false));
+        assert_eq!(
+            found.targets.get("installed:onplug@mkt:skill:s"),
+            Some(&Target::Skill("onplug:s".into()))
+        );
+        assert_eq!(
+            CliInputs::of(&found, &found.tree, &BTreeSet::new()),
+            CliInputs::default()
+        );
+        let mut tree = found.tree.clone();
+        let mut decisions = Decisions::default();
+        decisions.by_id.insert(
+            "installed:onplug@mkt".into(),
+            vec![CustomizationEnablement::Session { enabled: false }],
+        );
+        decisions.by_id.insert(
+            "installed:offplug@mkt".into(),
+            vec![CustomizationEnablement::Session { enabled: true }],
+        );
+        restore(&mut tree, &[&decisions], &[]);
+        assert_eq!(
+            CliInputs::of(&found, &tree, &BTreeSet::new()).settings,
+            Some(json!({"enabledPlugins": {"onplug@mkt": false, "offplug@mkt": true}}))
+        );
+    }
+
+    #[test]
+    fn a_malformed_mcp_json_is_a_container_in_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(d, "proj/.mcp.json", r#"{"mcpServers": {"#);
+        let found = discover(&sources(d), &[]);
+        let mcp = found
+            .tree
+            .iter()
+            .find_map(|c| match c {
+                Customization::Directory(x) if x.id == "project:mcp" => Some(x),
+                _ => None,
+            })
+            .expect("the project's MCP container");
+        let Some(CustomizationLoadState::Error(e)) = &mcp.load else {
+            panic!("{mcp:?}")
+        };
+        assert!(e.message.contains("not valid JSON"), "{}", e.message);
+    }
+
+    #[test]
     fn a_session_decision_outranks_a_global_one_and_both_are_kept() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -1177,8 +1397,13 @@ mod tests {
         );
         let mut tree = found.tree.clone();
         restore(&mut tree, &[&session, &global], &[]);
-        let Customization::McpServer(m) = &tree[tree.len() - 1] else {
+        let Customization::Directory(container) = &tree[tree.len() - 1] else {
             panic!("{tree:?}")
+        };
+        let Some(ChildCustomization::McpServer(m)) =
+            container.children.as_ref().and_then(|c| c.first())
+        else {
+            panic!("{container:?}")
         };
         assert_eq!(
             m.enablement,
