@@ -129,6 +129,9 @@ pub struct AgentConfig {
     /// (`<dir>/sessions/<session id>`), and the host its global decisions
     /// (`<dir>/global.json`); `None` keeps decisions in memory and copies no plugins.
     pub customizations_dir: Option<PathBuf>,
+    /// Learns of every CLI's and terminal's session, so none outlives a host killed with
+    /// SIGKILL (`None`: they die with the host only when it ends normally).
+    pub keeper: Option<Arc<claude_host_sdk::Keeper>>,
 }
 
 impl AgentConfig {
@@ -148,6 +151,7 @@ impl AgentConfig {
             durable: None,
             edits_dir: None,
             customizations_dir: None,
+            keeper: None,
             cli_idle: Some(Duration::from_secs(300)),
         }
     }
@@ -496,6 +500,7 @@ impl Agent {
             endpoint.token,
         );
         opts.config_dir = self.config.config_dir.clone();
+        opts.keeper = self.config.keeper.clone();
         opts.extra_env = self.config.extra_env.clone();
         opts.include_partial_messages = true;
         opts.additional_directories = extra_dirs.to_vec();

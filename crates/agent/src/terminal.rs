@@ -25,16 +25,20 @@ enum PtyCommand {
 pub struct Pty {
     commands: mpsc::UnboundedSender<PtyCommand>,
     pgid: Option<i32>,
+    keeper: Option<std::sync::Arc<claude_host_sdk::Keeper>>,
+    mark: Option<String>,
 }
 
 impl Pty {
     /// Starts the user's shell (`$SHELL`, else `/bin/bash`) in `cwd` with a `cols`×`rows`
-    /// terminal; `events` gets its output and its exit, in order.
+    /// terminal; `events` gets its output and its exit, in order. `keeper` learns of its
+    /// session, so it does not outlive a host killed with SIGKILL.
     pub fn spawn(
         cwd: &Path,
         cols: u16,
         rows: u16,
         events: mpsc::UnboundedSender<PtyEvent>,
+        keeper: Option<std::sync::Arc<claude_host_sdk::Keeper>>,
     ) -> std::io::Result<Pty> {
         let (pty, pts) = pty_process::open().map_err(std::io::Error::other)?;
         pty.resize(pty_process::Size::new(rows.max(1), cols.max(1)))
@@ -55,10 +59,17 @@ impl Pty {
             }
         }
         cmd = cmd.env("SHELL", &shell);
+        let mark = keeper.as_ref().map(|k| k.mark());
+        if let Some(m) = &mark {
+            cmd = cmd.env(claude_host_sdk::keeper::MARK_ENV, m);
+        }
         let cmd = die_with_parent(cmd);
         let mut child = cmd.spawn(pts).map_err(std::io::Error::other)?;
         // The shell leads its own session, so its pid is its group's id.
         let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+        if let (Some(k), Some(sid)) = (&keeper, pgid) {
+            k.watch(sid);
+        }
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (mut reader, mut writer) = pty.into_split();
         tokio::spawn(async move {
@@ -112,7 +123,12 @@ impl Pty {
             };
             let _ = events.send(PtyEvent::Exited(code.map(i64::from)));
         });
-        Ok(Pty { commands: tx, pgid })
+        Ok(Pty {
+            commands: tx,
+            pgid,
+            keeper,
+            mark,
+        })
     }
 
     /// Types `data` into the shell.
@@ -138,39 +154,17 @@ impl Drop for Pty {
         if let Some(sid) = self.pgid {
             // An interactive shell puts each job in a process group of its own, all in the
             // shell's session: every group of the session goes.
-            for pgid in session_groups(sid) {
+            for pgid in claude_host_sdk::keeper::session_groups(sid) {
                 claude_host_sdk::kill_group(pgid, libc::SIGKILL);
+            }
+            if let Some(mark) = &self.mark {
+                claude_host_sdk::keeper::kill_marked(mark);
+            }
+            if let Some(k) = &self.keeper {
+                k.forget(sid);
             }
         }
     }
-}
-
-/// The process groups of session `sid` (from `/proc`).
-fn session_groups(sid: i32) -> Vec<i32> {
-    let mut groups = vec![sid];
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return groups;
-    };
-    for entry in dir.flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp session …`; comm may hold spaces and parentheses.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let (Some(pgrp), Some(session)) = (fields.get(2), fields.get(3)) else {
-            continue;
-        };
-        if session.parse::<i32>().ok() == Some(sid)
-            && let Ok(pgrp) = pgrp.parse::<i32>()
-            && !groups.contains(&pgrp)
-        {
-            groups.push(pgrp);
-        }
-    }
-    groups
 }
 
 #[allow(unsafe_code)]
@@ -220,7 +214,7 @@ mod tests {
     async fn a_shell_echoes_its_folder_and_dies_with_its_handle() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let pty = Pty::spawn(dir.path(), 80, 24, tx).unwrap();
+        let pty = Pty::spawn(dir.path(), 80, 24, tx, None).unwrap();
         pty.input("echo \"at:$PWD\"\n");
         let want = format!("at:{}", dir.path().canonicalize().unwrap().display());
         let mut out = String::new();

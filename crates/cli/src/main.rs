@@ -64,6 +64,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    if claude_host_sdk::keeper::is_keeper() {
+        // Started by a host to clean up after it (see `claude_host_sdk::keeper`).
+        return ExitCode::from(u8::try_from(claude_host_sdk::keeper::keeper_main()).unwrap_or(1));
+    }
     let cli = Cli::parse();
     let log_to_file = matches!(cli.command, Command::Claude(_) | Command::Run(_));
     let _log_guard = setup::init_logging(&cli.global, log_to_file);

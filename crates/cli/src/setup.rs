@@ -397,6 +397,7 @@ pub(crate) async fn build_agent(
     config.allow_bypass_permissions = allow_bypass_permissions;
     config.edits_dir = Some(ctx.home.join("edits"));
     config.customizations_dir = Some(ctx.home.join("customizations"));
+    config.keeper = start_keeper();
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.durable = db.map(|db| claude_host_agent::Durable {
@@ -412,6 +413,22 @@ pub(crate) async fn build_agent(
         claude_host_agent::Agent::new(config, Arc::new(models), Some(store)),
         usage,
     ))
+}
+
+/// Starts the process keeper (this program again, see `claude_host_sdk::keeper`); without it
+/// sessions still end with the host, except when the host is killed with SIGKILL.
+fn start_keeper() -> Option<Arc<claude_host_sdk::Keeper>> {
+    let started = std::env::current_exe().and_then(|exe| claude_host_sdk::Keeper::start(&exe));
+    match started {
+        Ok(k) => {
+            tracing::debug!(pid = k.pid(), "process keeper started");
+            Some(Arc::new(k))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no process keeper: a host killed with SIGKILL may leave tool processes behind");
+            None
+        }
+    }
 }
 
 /// The working directory a protocol server starts sessions in: `--cwd`, else the current one.

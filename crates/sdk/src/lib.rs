@@ -1,17 +1,19 @@
 //! The Claude Code CLI as a library.
 //!
 //! [`find`] locates (or installs) the pinned CLI; [`ClaudeSession`] spawns it with a clean
-//! environment in its own process group and drives it over stream-json and the control
+//! environment in its own session (see [`keeper`]) and drives it over stream-json and the control
 //! protocol in both directions: the host's requests (`initialize`, `interrupt`, `set_model`, …)
 //! and the CLI's callbacks (`can_use_tool`, `hook_callback`, cancellation).
 
 pub mod find;
+pub mod keeper;
 pub mod mcp;
 mod options;
 mod process;
 mod session;
 pub mod transcripts;
 
+pub use keeper::Keeper;
 pub use mcp::SdkMcpServer;
 pub use options::SessionOptions;
 pub use process::kill_group;

@@ -49,6 +49,8 @@ pub struct SessionOptions {
     pub plugin_dirs: Vec<PathBuf>,
     /// `--agent`: the session's main thread runs as this agent.
     pub agent: Option<String>,
+    /// Told of the CLI's session, so nothing in it outlives a host killed with SIGKILL.
+    pub keeper: Option<std::sync::Arc<crate::Keeper>>,
     /// `--max-thinking-tokens`.
     pub max_thinking_tokens: Option<u32>,
     /// `--replay-user-messages`.
@@ -120,6 +122,7 @@ impl SessionOptions {
             settings: None,
             plugin_dirs: Vec::new(),
             agent: None,
+            keeper: None,
             max_thinking_tokens: None,
             replay_user_messages: false,
             session_mirror: false,

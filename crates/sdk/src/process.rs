@@ -12,18 +12,25 @@ const STDERR_TAIL: usize = 20;
 /// Longest stderr line logged or kept.
 const STDERR_LINE_MAX: usize = 2048;
 
-/// The running child; kills its whole process group when dropped.
+/// The running child; kills its whole session when dropped.
 pub(crate) struct ChildGuard {
     pub child: tokio::process::Child,
     pgid: Option<i32>,
+    keeper: Option<Arc<crate::Keeper>>,
+    /// The mark its process tree carries (with a keeper).
+    mark: Option<String>,
     pub stderr_tail: Arc<Mutex<VecDeque<String>>>,
     stderr_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ChildGuard {
+    /// Kills the CLI and everything in its session (a tool's shell may have put jobs in
+    /// groups of their own).
     pub(crate) fn kill_group(&self) {
-        if let Some(pgid) = self.pgid {
-            kill_group(pgid, libc::SIGKILL);
+        if let Some(sid) = self.pgid {
+            for pgid in crate::keeper::session_groups(sid) {
+                kill_group(pgid, libc::SIGKILL);
+            }
         }
     }
 
@@ -53,8 +60,15 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        // Tools the CLI started (shells, MCP servers) are in its group: take them all down.
+        // Tools the CLI started (shells, MCP servers) are in its session: take them all down.
         self.kill_group();
+        // Jobs its tools left running in sessions of their own (init's children by now).
+        if let Some(mark) = &self.mark {
+            crate::keeper::kill_marked(mark);
+        }
+        if let (Some(k), Some(sid)) = (&self.keeper, self.pgid) {
+            k.forget(sid);
+        }
     }
 }
 
@@ -71,20 +85,25 @@ pub fn kill_group(pgid: i32, sig: i32) {
 
 #[allow(unsafe_code)]
 pub(crate) fn spawn(opts: &SessionOptions) -> std::io::Result<ChildGuard> {
+    let mark = opts.keeper.as_ref().map(|k| k.mark());
     let mut cmd = tokio::process::Command::new(&opts.cli);
     cmd.args(opts.argv())
         .env_clear()
         .envs(opts.env(&|k| std::env::var(k).ok()))
+        .envs(mark.iter().map(|m| (crate::keeper::MARK_ENV, m.as_str())))
         .current_dir(&opts.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
     let parent = std::process::id();
-    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) run between fork and exec.
+    // SAFETY: only async-signal-safe calls (setsid, prctl, getppid, _exit) run between fork
+    // and exec.
     unsafe {
         cmd.pre_exec(move || {
+            // A session of its own (its group too): everything its tools start stays in it
+            // unless it starts a session itself, so it can be found and killed whole.
+            libc::setsid();
             #[cfg(target_os = "linux")]
             {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -98,6 +117,9 @@ pub(crate) fn spawn(opts: &SessionOptions) -> std::io::Result<ChildGuard> {
     }
     let mut child = cmd.spawn()?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
+    if let (Some(k), Some(sid)) = (&opts.keeper, pgid) {
+        k.watch(sid);
+    }
     let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
     let mut stderr_task = None;
     if let Some(stderr) = child.stderr.take() {
@@ -126,6 +148,8 @@ pub(crate) fn spawn(opts: &SessionOptions) -> std::io::Result<ChildGuard> {
     Ok(ChildGuard {
         child,
         pgid,
+        keeper: opts.keeper.clone(),
+        mark,
         stderr_tail,
         stderr_task,
     })

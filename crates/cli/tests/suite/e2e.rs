@@ -1311,3 +1311,130 @@ async fn run_expands_a_projects_slash_command_and_show_lists_what_was_active() {
     );
     assert!(shown.contains("command release"), "{shown}");
 }
+
+/// Whether process `pid` is alive (not gone, not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace().next() != Some("Z"))
+        })
+        .unwrap_or(false)
+}
+
+/// The pid a Bash tool call wrote to `file`, once it has.
+async fn pid_in(file: &std::path::Path) -> i32 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "the Bash tool ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_job_of_a_tool_ends_with_its_session() {
+    let h = Host::new().await;
+    let pidfile = h.cwd().join("job.pid");
+    h.fake.push(rule(
+        Match::LastUserContains("leave a job".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": format!("tail -f /dev/null & echo $! > {}; echo started", pidfile.display()),
+                "description": "start a background job"}),
+        ),
+    ));
+    h.fake
+        .push(rule(Match::HasToolResult, Reply::text("Left it running.")));
+    let mut c = h.cmd();
+    c.args([
+        "run",
+        "--permission-mode",
+        "bypassPermissions",
+        "leave a job",
+    ]);
+    let out = blocking(move || run(c)).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim().lines().last(), Some("Left it running."));
+    let job = pid_in(&pidfile).await;
+    // `run` has exited: its session ended, and the job with it (it was init's child already).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while alive(job) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job} outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_with_sigkill_leaves_no_tool_process_running() {
+    let h = Host::new().await;
+    let pidfile = h.cwd().join("sleeper.pid");
+    h.fake.push(rule(
+        Match::LastUserContains("start a sleeper".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": format!("tail -f /dev/null & echo $! > {}; echo started", pidfile.display()),
+                "description": "start a background sleeper"}),
+        ),
+    ));
+    // The turn stays open after the tool ran: the host is killed mid-turn.
+    let (held, _gate) = Reply::gated("Still thinking about it.", 1);
+    h.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: held,
+        times: None,
+    });
+    let mut c = h.cmd();
+    c.args([
+        "run",
+        "--permission-mode",
+        "bypassPermissions",
+        "start a sleeper",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut host = c.spawn().unwrap();
+    let sleeper = pid_in(&pidfile).await;
+    // The tool's result went back: the turn is in its held reply.
+    h.fake
+        .wait_message_requests(2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(alive(sleeper), "the tool's background job runs");
+    let cli_pids: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')').is_some_and(|(_, r)| {
+                    r.split_whitespace().nth(1) == Some(&host.id().to_string())
+                })
+            })
+        })
+        .collect();
+    assert!(!cli_pids.is_empty(), "the host has children");
+
+    // SIGKILL: nothing of the host runs after it.
+    host.kill().unwrap();
+    let _ = host.wait();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while alive(sleeper) || cli_pids.iter().any(|p| alive(*p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after the host was killed: sleeper {} children {:?}",
+            alive(sleeper),
+            cli_pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -84,7 +84,7 @@ impl Task {
             );
         }
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let pty = match Pty::spawn(&t.cwd, t.size.0, t.size.1, tx) {
+        let pty = match Pty::spawn(&t.cwd, t.size.0, t.size.1, tx, self.opts.keeper.clone()) {
             Ok(p) => p,
             Err(e) => return refuse(reply, format!("cannot start a shell: {e}")),
         };

@@ -1,0 +1,294 @@
+//! Nothing a session started outlives the host, even a host killed with SIGKILL.
+//!
+//! The CLI dies with its parent (`PR_SET_PDEATHSIG`), but what its tools started would be
+//! handed to init and run on: Claude Code runs each Bash command in a session of its own, and
+//! a job it puts in the background is init's child as soon as that shell exits. Process groups
+//! and sessions cannot find such a job; its environment can. Every CLI and terminal is started
+//! with a mark in its environment ([`MARK_ENV`]: the host's random token and a number), which
+//! everything it starts inherits, and in a session of its own (`setsid`). Ending a CLI kills
+//! its session and every process with its mark. A small keeper process — this same program,
+//! started with [`KEEPER_ENV`] set — holds the read end of a pipe whose only writer is the
+//! host: when the pipe closes, however the host ended (SIGKILL too), it kills every process
+//! with the host's token and every session the host still had, and exits.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+
+/// Set (to `1`) in the keeper's environment: the program's `main` calls [`keeper_main`].
+pub const KEEPER_ENV: &str = "CLAUDE_HOST_KEEPER";
+/// The host's token, for the keeper.
+const TOKEN_ENV: &str = "CLAUDE_HOST_KEEPER_TOKEN";
+/// The mark every process a CLI or terminal starts inherits: `<host token>-<n>`.
+pub const MARK_ENV: &str = "CLAUDE_HOST_MARK";
+
+/// The host's end of the keeper.
+#[derive(Debug)]
+pub struct Keeper {
+    pipe: Mutex<ChildStdin>,
+    child: Mutex<Child>,
+    token: String,
+    marks: std::sync::atomic::AtomicU64,
+}
+
+impl Keeper {
+    /// Starts `exe` (normally this program) as the keeper.
+    pub fn start(exe: &Path) -> std::io::Result<Keeper> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let mut child = Command::new(exe)
+            .env_clear()
+            .env(KEEPER_ENV, "1")
+            .env(TOKEN_ENV, &token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let pipe = child
+            .stdin
+            .take()
+            .ok_or_else(|| std::io::Error::other("the keeper has no stdin"))?;
+        Ok(Keeper {
+            pipe: Mutex::new(pipe),
+            child: Mutex::new(child),
+            token,
+            marks: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// A new mark for one process tree ([`MARK_ENV`]).
+    pub fn mark(&self) -> String {
+        let n = self
+            .marks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}-{n}", self.token)
+    }
+
+    fn say(&self, line: &str) {
+        let mut pipe = self
+            .pipe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = pipe.write_all(line.as_bytes()) {
+            tracing::warn!(error = %e, "the process keeper is gone; sessions started now may outlive a killed host");
+        }
+    }
+
+    /// Session `sid` is the host's: killed if the host ends without ending it.
+    pub fn watch(&self, sid: i32) {
+        self.say(&format!("+{sid}\n"));
+    }
+
+    /// Session `sid` ended (its id may be reused by anyone now).
+    pub fn forget(&self, sid: i32) {
+        self.say(&format!("-{sid}\n"));
+    }
+
+    /// The keeper's pid.
+    pub fn pid(&self) -> u32 {
+        self.child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .id()
+    }
+}
+
+/// Whether this process was started as the keeper.
+pub fn is_keeper() -> bool {
+    std::env::var_os(KEEPER_ENV).is_some_and(|v| v == "1")
+}
+
+/// The keeper: reads `+sid` / `-sid` lines until its input closes, then kills every process
+/// in the sessions still watched. Returns the exit code.
+#[allow(unsafe_code)]
+pub fn keeper_main() -> i32 {
+    // A Ctrl-C or a group kill meant for the host must not stop the one who cleans up after
+    // it: it ends when its input does.
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: setting a signal to be ignored has no handler to race with.
+        unsafe {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+    let token = std::env::var(TOKEN_ENV).unwrap_or_default();
+    let mut watched = std::collections::BTreeSet::new();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let (sign, rest) = line.split_at(line.len().min(1));
+        let Ok(sid) = rest.trim().parse::<i32>() else {
+            continue;
+        };
+        match sign {
+            "+" => {
+                watched.insert(sid);
+            }
+            "-" => {
+                watched.remove(&sid);
+            }
+            _ => {}
+        }
+    }
+    for sid in watched {
+        kill_session(sid);
+    }
+    if !token.is_empty() {
+        // Twice: a process may have started another while the first pass read the list.
+        for _ in 0..2 {
+            kill_marked(&format!("{token}-"));
+        }
+    }
+    0
+}
+
+/// Kills every process whose [`MARK_ENV`] is `mark`, or starts with it when it ends in `-`.
+/// Returns how many were signalled.
+pub fn kill_marked(mark: &str) -> usize {
+    let needle = format!("{MARK_ENV}={mark}");
+    let prefix = mark.ends_with('-');
+    let me = std::process::id();
+    let mut killed = 0;
+    for (pid, dir) in pids() {
+        if u32::try_from(pid).ok() == Some(me) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(dir.join("environ")) else {
+            continue;
+        };
+        let marked = environ
+            .split(|b| *b == 0)
+            .any(|var| var.starts_with(needle.as_bytes()) && (prefix || var.len() == needle.len()));
+        if marked {
+            // SAFETY: kill(2) of a process that carries this host's mark.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            killed += 1;
+        }
+    }
+    killed
+}
+
+/// Kills every process of session `sid` (again, until none is left or a few rounds passed:
+/// a process may fork while the list is read).
+pub fn kill_session(sid: i32) {
+    if sid <= 1 {
+        return;
+    }
+    for _ in 0..5 {
+        let pids = session_members(sid);
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) of a process in a session this host created.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Every process's id and `/proc` folder.
+fn pids() -> Vec<(i32, std::path::PathBuf)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            Some((pid, e.path()))
+        })
+        .collect()
+}
+
+/// One process as `/proc/<pid>/stat` shows it.
+struct ProcStat {
+    pid: i32,
+    zombie: bool,
+    pgrp: i32,
+    session: i32,
+}
+
+/// Every process's stat line, read from `/proc` (processes that end meanwhile are skipped).
+fn processes() -> Vec<ProcStat> {
+    let mut out = Vec::new();
+    for (pid, dir) in pids() {
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp session …`; comm may hold spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| fields.get(i).and_then(|s| s.parse::<i32>().ok());
+        let (Some(pgrp), Some(session)) = (num(2), num(3)) else {
+            continue;
+        };
+        out.push(ProcStat {
+            pid,
+            zombie: fields.first() == Some(&"Z"),
+            pgrp,
+            session,
+        });
+    }
+    out
+}
+
+/// The processes of session `sid` (zombies left out: they are dead already).
+pub fn session_members(sid: i32) -> Vec<i32> {
+    processes()
+        .into_iter()
+        .filter(|p| p.session == sid && !p.zombie)
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// The process groups of session `sid` (the session's own first).
+pub fn session_groups(sid: i32) -> Vec<i32> {
+    let mut groups = vec![sid];
+    for p in processes() {
+        if p.session == sid && !groups.contains(&p.pgrp) {
+            groups.push(p.pgrp);
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_is_killed_whole_and_zombies_are_not_members() {
+        // A shell in a session of its own, with a background job.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 300 & sleep 300"]);
+        // SAFETY: setsid is async-signal-safe.
+        #[allow(unsafe_code)]
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        let sid = i32::try_from(child.id()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while session_members(sid).len() < 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the session's three processes"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(session_groups(sid).contains(&sid));
+        kill_session(sid);
+        let _ = child.wait();
+        assert_eq!(session_members(sid), Vec::<i32>::new());
+    }
+}
