@@ -12,6 +12,7 @@ pub mod attachments;
 pub mod completions;
 pub mod config;
 pub mod edits;
+pub mod file_index;
 pub mod listing;
 pub mod mapper;
 pub mod mirror;
