@@ -275,6 +275,8 @@ pub struct Agent {
     notices: broadcast::Sender<SessionNotice>,
     live_tasks: Arc<AtomicUsize>,
     shut_down: tokio::sync::OnceCell<()>,
+    // The sessions' folders, indexed for `@` completions (one index per folder, shared).
+    file_indexes: crate::file_index::FileIndexes,
 }
 
 impl std::fmt::Debug for Agent {
@@ -316,12 +318,33 @@ impl Agent {
             notices,
             live_tasks: Arc::new(AtomicUsize::new(0)),
             shut_down: tokio::sync::OnceCell::new(),
+            file_indexes: crate::file_index::FileIndexes::default(),
         }
     }
 
     /// The host-wide `serverSeq` counter (the AHP root channel numbers from it too).
     pub fn sequence(&self) -> &Sequence {
         &self.seq
+    }
+
+    /// Files and folders under `roots` whose relative path contains `query` (any case), those
+    /// whose name starts with it first, then shorter paths, at most `limit`
+    /// ([`crate::file_index::search`]). Answers from each folder's index, which a query
+    /// refreshes in the background once it is a few seconds old; a folder with none is
+    /// indexed first.
+    pub async fn find_files(
+        &self,
+        roots: Vec<PathBuf>,
+        query: String,
+        limit: usize,
+    ) -> Vec<crate::completions::FileMatch> {
+        self.file_indexes.find(roots, query, limit).await
+    }
+
+    /// Starts indexing `roots` for `@` completions, without waiting (sessions do it when
+    /// they are created or opened, so their first `@` is answered at once).
+    pub fn warm_file_index(&self, roots: &[PathBuf]) {
+        self.file_indexes.warm(roots);
     }
 
     /// Makes `uri` name a terminal of live session `session_id` (until it is unbound or the
@@ -822,6 +845,7 @@ impl Agent {
             handle
         };
         self.keep_lease(&handle);
+        self.warm_file_index(&dirs);
         let now = now_rfc3339();
         let _ = self
             .notices
@@ -991,7 +1015,7 @@ impl Agent {
                 .filter(|u| claude_host_protocol::uri::session_uri_id(u) == Some(id))
                 .map_or_else(|| default_uris(id), uris_for),
             opts,
-            vec![cwd],
+            vec![cwd.clone()],
             models,
             title,
             turns,
@@ -1007,6 +1031,8 @@ impl Agent {
         }
         let handle = session::spawn(spec);
         reg.insert(handle.clone());
+        drop(reg);
+        self.warm_file_index(std::slice::from_ref(&cwd));
         Ok(handle)
     }
 

@@ -13,6 +13,7 @@ pub mod completions;
 pub mod config;
 pub mod customizations;
 pub mod edits;
+pub mod file_index;
 pub mod listing;
 pub mod mapper;
 pub mod mirror;

@@ -824,7 +824,7 @@ impl Host {
     /// `completions`: after `/`, the CLI's slash commands and skills; after `@`, files and
     /// folders under the session's folders.
     pub(crate) async fn completions(&self, params: &Value) -> Result<Value, RpcError> {
-        use claude_host_agent::completions::{find_files, trigger};
+        use claude_host_agent::completions::trigger;
         let p: CompletionsParams = parse(params)?;
         let Target::Session(handle, _) = self.target(&p.channel).await? else {
             return Err(RpcError::invalid_params(
@@ -883,10 +883,9 @@ impl Host {
                 .collect()
         } else {
             let roots = handle.status().working_directories;
-            let found = tokio::task::spawn_blocking(move || find_files(&roots, &query, 50))
+            self.agent
+                .find_files(roots, query, 50)
                 .await
-                .map_err(|e| RpcError::new(code::INTERNAL_ERROR, e.to_string()))?;
-            found
                 .into_iter()
                 .map(|m| {
                     let shown = if m.is_dir {
