@@ -341,8 +341,9 @@ impl Agent {
         self.file_indexes.find(roots, query, limit).await
     }
 
-    /// Starts indexing `roots` for `@` completions, without waiting (sessions do it when
-    /// they are created or opened, so their first `@` is answered at once).
+    /// Starts indexing `roots` for `@` completions, without waiting (a front end that offers
+    /// them does it when a client creates or opens a session, so its first `@` is answered
+    /// at once).
     pub fn warm_file_index(&self, roots: &[PathBuf]) {
         self.file_indexes.warm(roots);
     }
@@ -845,7 +846,6 @@ impl Agent {
             handle
         };
         self.keep_lease(&handle);
-        self.warm_file_index(&dirs);
         let now = now_rfc3339();
         let _ = self
             .notices
@@ -1032,7 +1032,6 @@ impl Agent {
         let handle = session::spawn(spec);
         reg.insert(handle.clone());
         drop(reg);
-        self.warm_file_index(std::slice::from_ref(&cwd));
         Ok(handle)
     }
 

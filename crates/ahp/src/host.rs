@@ -309,6 +309,12 @@ impl Host {
         }
     }
 
+    /// Starts indexing a session's folders for `@` completions.
+    pub(crate) fn warm_file_index(&self, handle: &SessionHandle) {
+        self.agent
+            .warm_file_index(&handle.status().working_directories);
+    }
+
     fn publish_root(&self, action: StateAction) {
         self.root.publish(action, None, None);
     }
@@ -436,6 +442,7 @@ impl Host {
             })
             .await
             .map_err(agent_error)?;
+        self.warm_file_index(&handle);
         if let Some(active) = p.active_client {
             if let Some((id, files)) = client
                 && id == active.client_id

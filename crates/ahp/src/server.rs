@@ -783,7 +783,11 @@ async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
     };
     match host.target(uri).await {
         // The session's feed answers, in order with the actions it forwards.
-        Ok(Target::Session(handle, kind)) => conn.subscribe_in_feed(handle, uri, kind, id),
+        Ok(Target::Session(handle, kind)) => {
+            // Its first `@` completion is answered from an index built meanwhile.
+            host.warm_file_index(&handle);
+            conn.subscribe_in_feed(handle, uri, kind, id)
+        }
         Ok(Target::Root) => {
             // The old stream has stopped before the new snapshot is taken.
             conn.stop_root().await;
