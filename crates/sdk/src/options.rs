@@ -94,6 +94,32 @@ const INHERITED: &[&str] = &[
     "NODE_EXTRA_CA_CERTS",
 ];
 
+/// OpenTelemetry's standard variables, passed on to the CLI when the host has them.
+const OTEL_VARS: &[&str] = &[
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_LOGS_EXPORTER",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_LOGS_EXPORT_INTERVAL",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_SERVICE_NAME",
+];
+
+/// Claude Code's own switches for the telemetry above.
+const CLAUDE_TELEMETRY_VARS: &[&str] = &[
+    "CLAUDE_CODE_ENABLE_TELEMETRY",
+    "OTEL_LOG_USER_PROMPTS",
+    "OTEL_LOG_TOOL_DETAILS",
+];
+
 /// The `CLAUDE_CODE_ENTRYPOINT` claude-host reports (User-Agent suffix, transcripts).
 pub const ENTRYPOINT: &str = "sdk-claude-host";
 
@@ -225,6 +251,13 @@ impl SessionOptions {
                 env.push((k.into(), v));
             }
         }
+        // Claude Code exports its own telemetry where the user points OpenTelemetry (as VS
+        // Code's agent passes these on).
+        for k in OTEL_VARS.iter().chain(CLAUDE_TELEMETRY_VARS) {
+            if let Some(v) = host(k) {
+                env.push(((*k).into(), v));
+            }
+        }
         let set = [
             ("ANTHROPIC_BASE_URL", self.base_url.clone()),
             ("ANTHROPIC_AUTH_TOKEN", self.auth_token.clone()),
@@ -286,12 +319,20 @@ mod tests {
         assert!(!argv.iter().any(|a| a.contains("n.s")), "secret on argv");
         let host = |k: &str| match k {
             "HOME" => Some("/h".to_owned()),
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://127.0.0.1:4318".to_owned()),
+            "CLAUDE_CODE_ENABLE_TELEMETRY" => Some("1".to_owned()),
             "ANTHROPIC_API_KEY" | "NODE_OPTIONS" | "GH_TOKEN" => Some("secret".to_owned()),
             _ => None,
         };
         let env = o.env(&host);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("HOME"), Some("/h"));
+        assert_eq!(
+            get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            Some("http://127.0.0.1:4318"),
+            "OpenTelemetry settings reach the CLI"
+        );
+        assert_eq!(get("CLAUDE_CODE_ENABLE_TELEMETRY"), Some("1"));
         assert_eq!(get("ANTHROPIC_AUTH_TOKEN"), Some("n.s"));
         assert_eq!(get("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), Some("1"));
         assert_eq!(get("CLAUDE_CODE_ENTRYPOINT"), Some(ENTRYPOINT));
