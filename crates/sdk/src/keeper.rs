@@ -5,11 +5,11 @@
 //! a job it puts in the background is init's child as soon as that shell exits. Process groups
 //! and sessions cannot find such a job; its environment can. Every CLI and terminal is started
 //! with a mark in its environment ([`MARK_ENV`]: the host's random token and a number), which
-//! everything it starts inherits, and in a session of its own (`setsid`). Ending a CLI kills
-//! its session and every process with its mark. A small keeper process — this same program,
-//! started with [`KEEPER_ENV`] set — holds the read end of a pipe whose only writer is the
-//! host: when the pipe closes, however the host ended (SIGKILL too), it kills every process
-//! with the host's token and every session the host still had, and exits.
+//! everything it starts inherits. Ending a CLI kills its process group and every process with
+//! its mark. A small keeper process — this same program, started with [`KEEPER_ENV`] set —
+//! holds the read end of a pipe whose only writer is the host: when the pipe closes, however
+//! the host ended (SIGKILL too), it kills every process group the host still had and every
+//! process with the host's token, and exits.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -74,14 +74,14 @@ impl Keeper {
         }
     }
 
-    /// Session `sid` is the host's: killed if the host ends without ending it.
-    pub fn watch(&self, sid: i32) {
-        self.say(&format!("+{sid}\n"));
+    /// Process group `pgid` is the host's: killed if the host ends without ending it.
+    pub fn watch(&self, pgid: i32) {
+        self.say(&format!("+{pgid}\n"));
     }
 
-    /// Session `sid` ended (its id may be reused by anyone now).
-    pub fn forget(&self, sid: i32) {
-        self.say(&format!("-{sid}\n"));
+    /// Process group `pgid` ended (its id may be reused by anyone now).
+    pub fn forget(&self, pgid: i32) {
+        self.say(&format!("-{pgid}\n"));
     }
 
     /// The keeper's pid.
@@ -98,8 +98,8 @@ pub fn is_keeper() -> bool {
     std::env::var_os(KEEPER_ENV).is_some_and(|v| v == "1")
 }
 
-/// The keeper: reads `+sid` / `-sid` lines until its input closes, then kills every process
-/// in the sessions still watched. Returns the exit code.
+/// The keeper: reads `+pgid` / `-pgid` lines until its input closes, then kills the groups
+/// still watched and every process with the host's mark. Returns the exit code.
 #[allow(unsafe_code)]
 pub fn keeper_main() -> i32 {
     // A Ctrl-C or a group kill meant for the host must not stop the one who cleans up after
@@ -128,8 +128,8 @@ pub fn keeper_main() -> i32 {
             _ => {}
         }
     }
-    for sid in watched {
-        kill_session(sid);
+    for pgid in watched {
+        crate::process::kill_group(pgid, libc::SIGKILL);
     }
     if !token.is_empty() {
         // Twice: a process may have started another while the first pass read the list.
@@ -169,28 +169,6 @@ pub fn kill_marked(mark: &str) -> usize {
     killed
 }
 
-/// Kills every process of session `sid` (again, until none is left or a few rounds passed:
-/// a process may fork while the list is read).
-pub fn kill_session(sid: i32) {
-    if sid <= 1 {
-        return;
-    }
-    for _ in 0..5 {
-        let pids = session_members(sid);
-        if pids.is_empty() {
-            return;
-        }
-        for pid in pids {
-            // SAFETY: kill(2) of a process in a session this host created.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-}
-
 /// Every process's id and `/proc` folder.
 fn pids() -> Vec<(i32, std::path::PathBuf)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -206,8 +184,6 @@ fn pids() -> Vec<(i32, std::path::PathBuf)> {
 
 /// One process as `/proc/<pid>/stat` shows it.
 struct ProcStat {
-    pid: i32,
-    zombie: bool,
     pgrp: i32,
     session: i32,
 }
@@ -215,7 +191,7 @@ struct ProcStat {
 /// Every process's stat line, read from `/proc` (processes that end meanwhile are skipped).
 fn processes() -> Vec<ProcStat> {
     let mut out = Vec::new();
-    for (pid, dir) in pids() {
+    for (_, dir) in pids() {
         let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
             continue;
         };
@@ -228,23 +204,9 @@ fn processes() -> Vec<ProcStat> {
         let (Some(pgrp), Some(session)) = (num(2), num(3)) else {
             continue;
         };
-        out.push(ProcStat {
-            pid,
-            zombie: fields.first() == Some(&"Z"),
-            pgrp,
-            session,
-        });
+        out.push(ProcStat { pgrp, session });
     }
     out
-}
-
-/// The processes of session `sid` (zombies left out: they are dead already).
-pub fn session_members(sid: i32) -> Vec<i32> {
-    processes()
-        .into_iter()
-        .filter(|p| p.session == sid && !p.zombie)
-        .map(|p| p.pid)
-        .collect()
 }
 
 /// The process groups of session `sid` (the session's own first).
@@ -262,33 +224,50 @@ pub fn session_groups(sid: i32) -> Vec<i32> {
 mod tests {
     use super::*;
 
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.split_whitespace().next() != Some("Z"))
+        })
+    }
+
     #[test]
-    fn a_session_is_killed_whole_and_zombies_are_not_members() {
-        // A shell in a session of its own, with a background job.
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", "sleep 300 & sleep 300"]);
-        // SAFETY: setsid is async-signal-safe.
-        #[allow(unsafe_code)]
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
+    fn marked_processes_are_killed_and_no_other() {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let spawn = |mark: &str| {
+            Command::new("tail")
+                .args(["-f", "/dev/null"])
+                .env(MARK_ENV, mark)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let mut mine = spawn(&format!("{token}-1"));
+        let mut other = spawn(&format!("{token}-10"));
+        let mut foreign = spawn("someone-else-1");
+        let wait_env = |c: &Child| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !std::fs::read(format!("/proc/{}/environ", c.id()))
+                .is_ok_and(|e| e.windows(MARK_ENV.len()).any(|w| w == MARK_ENV.as_bytes()))
+            {
+                assert!(std::time::Instant::now() < deadline, "the child started");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
+        for c in [&mine, &other, &foreign] {
+            wait_env(c);
         }
-        let mut child = cmd.spawn().unwrap();
-        let sid = i32::try_from(child.id()).unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while session_members(sid).len() < 3 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the session's three processes"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(session_groups(sid).contains(&sid));
-        kill_session(sid);
-        let _ = child.wait();
-        assert_eq!(session_members(sid), Vec::<i32>::new());
+        assert_eq!(kill_marked(&format!("{token}-1")), 1, "exactly that mark");
+        let _ = mine.wait();
+        assert!(!alive(mine.id()));
+        assert!(alive(other.id()), "{token}-10 is another mark");
+        assert_eq!(kill_marked(&format!("{token}-")), 1, "the host's token");
+        let _ = other.wait();
+        assert!(alive(foreign.id()), "another host's process is left alone");
+        foreign.kill().unwrap();
+        let _ = foreign.wait();
+        let me = i32::try_from(std::process::id()).unwrap();
+        assert_eq!(session_groups(me)[0], me);
     }
 }

@@ -24,8 +24,7 @@ pub(crate) struct ChildGuard {
 }
 
 impl ChildGuard {
-    /// Kills the CLI and everything in its session (a tool's shell may have put jobs in
-    /// groups of their own).
+    /// Kills the CLI's group (the groups of its session, when it leads one).
     pub(crate) fn kill_group(&self) {
         if let Some(sid) = self.pgid {
             for pgid in crate::keeper::session_groups(sid) {
@@ -60,14 +59,14 @@ impl ChildGuard {
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        // Tools the CLI started (shells, MCP servers) are in its session: take them all down.
+        // Tools the CLI started (shells, MCP servers) are in its group: take them all down.
         self.kill_group();
         // Jobs its tools left running in sessions of their own (init's children by now).
         if let Some(mark) = &self.mark {
             crate::keeper::kill_marked(mark);
         }
-        if let (Some(k), Some(sid)) = (&self.keeper, self.pgid) {
-            k.forget(sid);
+        if let (Some(k), Some(pgid)) = (&self.keeper, self.pgid) {
+            k.forget(pgid);
         }
     }
 }
@@ -95,15 +94,15 @@ pub(crate) fn spawn(opts: &SessionOptions) -> std::io::Result<ChildGuard> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // A group of its own, not a session: Claude Code 2.1.330 started as a session leader
+        // loses the tool calls of a subagent's subagent. What its tools start in sessions of
+        // their own carries its mark instead.
+        .process_group(0)
         .kill_on_drop(true);
     let parent = std::process::id();
-    // SAFETY: only async-signal-safe calls (setsid, prctl, getppid, _exit) run between fork
-    // and exec.
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) run between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            // A session of its own (its group too): everything its tools start stays in it
-            // unless it starts a session itself, so it can be found and killed whole.
-            libc::setsid();
             #[cfg(target_os = "linux")]
             {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -117,8 +116,8 @@ pub(crate) fn spawn(opts: &SessionOptions) -> std::io::Result<ChildGuard> {
     }
     let mut child = cmd.spawn()?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-    if let (Some(k), Some(sid)) = (&opts.keeper, pgid) {
-        k.watch(sid);
+    if let (Some(k), Some(pgid)) = (&opts.keeper, pgid) {
+        k.watch(pgid);
     }
     let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
     let mut stderr_task = None;
