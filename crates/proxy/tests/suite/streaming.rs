@@ -280,3 +280,79 @@ async fn gated_stream_delivers_events_before_the_upstream_finishes() {
     let events = parse_sse(&seen);
     assert_eq!(names(&events).last(), Some(&"message_stop"));
 }
+
+/// Resident memory of this process (the proxy runs in it), in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Issue 16's fault suite. Fails today: with 10 or 100 streams aborted at once while the
+/// upstream is silent, the fake sees only a few of the upstream streams go away within 30 s
+/// (one alone is cancelled within a second, see above). Run with `--ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known defect: concurrent aborts during upstream silence are not all propagated upstream"]
+async fn ten_thousand_aborts_mid_stream_leave_no_upstream_stream_task_or_memory_behind() {
+    const ABORTS: usize = 10_000;
+    const AT_ONCE: usize = 100;
+    let e = env().await;
+    // Every stream stops after its first events and never finishes: only an abort ends it.
+    let (reply, _gate) = Reply::gated("never finished", 2);
+    e.fake.push(Rule {
+        when: Match::Always,
+        reply,
+        times: None,
+    });
+    let abort_one = |e: &Env| {
+        let req = e
+            .post("/v1/messages?beta=true")
+            .json(&request("abort me", true));
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut body = resp.bytes_stream();
+            let first = body.next().await.unwrap().unwrap();
+            assert!(String::from_utf8_lossy(&first).contains("message_start"));
+            // Dropped mid-stream: the client aborts.
+        }
+    };
+    // A first wave warms everything up (pools, allocator arenas) before the baseline.
+    futures::future::join_all((0..AT_ONCE).map(|_| abort_one(&e))).await;
+    e.fake
+        .wait_disconnects(AT_ONCE, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let tasks_before = metrics.num_alive_tasks();
+    let rss_before = rss_kib();
+    for _ in 0..(ABORTS / AT_ONCE - 1) {
+        futures::future::join_all((0..AT_ONCE).map(|_| abort_one(&e))).await;
+    }
+    // Every upstream stream was cancelled: the fake saw each one's reader go away.
+    e.fake
+        .wait_disconnects(ABORTS, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(e.fake.message_requests().len(), ABORTS);
+    // Tasks come back to where they were (the proxy's per-connection tasks end with their
+    // connections; allow for the few still closing).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while metrics.num_alive_tasks() > tasks_before + 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tasks: {} before, {} after",
+            tasks_before,
+            metrics.num_alive_tasks()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let grown = rss_kib().saturating_sub(rss_before);
+    assert!(
+        grown < 32 * 1024,
+        "memory after {ABORTS} aborts grew by {grown} KiB"
+    );
+}
