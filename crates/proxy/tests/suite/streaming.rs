@@ -291,11 +291,12 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
-/// Issue 16's fault suite. Fails today: with 10 or 100 streams aborted at once while the
-/// upstream is silent, the fake sees only a few of the upstream streams go away within 30 s
-/// (one alone is cancelled within a second, see above). Run with `--ignored`.
+/// Issue 16's fault suite. Fails today: of 100 streams aborted at once (raw sockets, closed)
+/// while the upstream is silent, only about a third of the upstream streams ever go away —
+/// 33 of 100 after 90 s — though the proxy closed every client connection (one abort alone
+/// is cancelled within a second, see above). Run with `--ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known defect: concurrent aborts during upstream silence are not all propagated upstream"]
+#[ignore = "known defect: most of 100 concurrent aborts during upstream silence leave their upstream stream open"]
 async fn ten_thousand_aborts_mid_stream_leave_no_upstream_stream_task_or_memory_behind() {
     const ABORTS: usize = 10_000;
     const AT_ONCE: usize = 100;
@@ -307,16 +308,29 @@ async fn ten_thousand_aborts_mid_stream_leave_no_upstream_stream_task_or_memory_
         reply,
         times: None,
     });
+    // Over a raw socket, so the abort is certain: the connection closes when it is dropped.
     let abort_one = |e: &Env| {
-        let req = e
-            .post("/v1/messages?beta=true")
-            .json(&request("abort me", true));
+        let addr = e.proxy.addr();
+        let body = request("abort me", true).to_string();
+        let head = format!(
+            "POST /v1/messages?beta=true HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            e.bearer(),
+            body.len()
+        );
         async move {
-            let resp = req.send().await.unwrap();
-            assert_eq!(resp.status(), 200);
-            let mut body = resp.bytes_stream();
-            let first = body.next().await.unwrap().unwrap();
-            assert!(String::from_utf8_lossy(&first).contains("message_start"));
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+            sock.write_all(head.as_bytes()).await.unwrap();
+            sock.write_all(body.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&got).contains("message_start") {
+                let n = sock.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the stream began: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
             // Dropped mid-stream: the client aborts.
         }
     };
