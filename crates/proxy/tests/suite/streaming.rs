@@ -291,12 +291,31 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
-/// Issue 16's fault suite. Fails today: of 100 streams aborted at once (raw sockets, closed)
-/// while the upstream is silent, only about a third of the upstream streams ever go away —
-/// 33 of 100 after 90 s — though the proxy closed every client connection (one abort alone
-/// is cancelled within a second, see above). Run with `--ignored`.
+/// Established TCP connections to local `port` (the client side: its remote port), from
+/// `/proc/net/tcp`.
+fn established_to(port: u16) -> usize {
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let remote_port = cols
+                .get(2)
+                .and_then(|r| r.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            remote_port == Some(port) && cols.get(3) == Some(&"01")
+        })
+        .count()
+}
+
+/// Issue 16's fault suite: clients that abort mid-stream, 100 at a time, while the upstream
+/// is silent. Counted on the proxy's side: its connections to the upstream. (The fake's own
+/// disconnect count is not used: with many streams waiting at once it misses closures.)
+/// Fails today: after the first 100 aborts, about 10 upstream connections are still open
+/// 30 s later. Run with `--ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known defect: most of 100 concurrent aborts during upstream silence leave their upstream stream open"]
+#[ignore = "known defect: some concurrent aborts during upstream silence leave their upstream connection open"]
 async fn ten_thousand_aborts_mid_stream_leave_no_upstream_stream_task_or_memory_behind() {
     const ABORTS: usize = 10_000;
     const AT_ONCE: usize = 100;
@@ -334,26 +353,35 @@ async fn ten_thousand_aborts_mid_stream_leave_no_upstream_stream_task_or_memory_
             // Dropped mid-stream: the client aborts.
         }
     };
+    let upstream_port = e.fake.addr().port();
+    // Aborted streams leave no upstream connection open: what stays is the proxy's pool of
+    // finished ones (the token mint's, here), bounded.
+    let settled = |what: &str| {
+        let what = what.to_owned();
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while established_to(upstream_port) > 4 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{what}: {} upstream connections still open",
+                    established_to(upstream_port)
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
     // A first wave warms everything up (pools, allocator arenas) before the baseline.
     futures::future::join_all((0..AT_ONCE).map(|_| abort_one(&e))).await;
-    e.fake
-        .wait_disconnects(AT_ONCE, Duration::from_secs(30))
-        .await
-        .unwrap();
+    settled("after the first wave").await;
     let metrics = tokio::runtime::Handle::current().metrics();
     let tasks_before = metrics.num_alive_tasks();
     let rss_before = rss_kib();
     for _ in 0..(ABORTS / AT_ONCE - 1) {
         futures::future::join_all((0..AT_ONCE).map(|_| abort_one(&e))).await;
     }
-    // Every upstream stream was cancelled: the fake saw each one's reader go away.
-    e.fake
-        .wait_disconnects(ABORTS, Duration::from_secs(60))
-        .await
-        .unwrap();
     assert_eq!(e.fake.message_requests().len(), ABORTS);
-    // Tasks come back to where they were (the proxy's per-connection tasks end with their
-    // connections; allow for the few still closing).
+    settled("after every abort").await;
+    // Tasks come back to where they were (allow for the few still closing).
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while metrics.num_alive_tasks() > tasks_before + 5 {
         assert!(
