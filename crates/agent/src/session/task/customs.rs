@@ -281,16 +281,20 @@ impl Task {
             }
             Some(_) => {}
         }
-        self.customs
-            .session_decisions
-            .by_id
-            .insert(t.id.clone(), t.enablement.clone());
-        let global: Vec<CustomizationEnablement> = t
+        // Each scope's decision is kept where it applies: the global one for every session.
+        let (global, here): (Vec<CustomizationEnablement>, Vec<CustomizationEnablement>) = t
             .enablement
             .iter()
-            .filter(|e| matches!(e, CustomizationEnablement::Global { .. }))
             .cloned()
-            .collect();
+            .partition(|e| matches!(e, CustomizationEnablement::Global { .. }));
+        if here.is_empty() {
+            self.customs.session_decisions.by_id.remove(&t.id);
+        } else {
+            self.customs
+                .session_decisions
+                .by_id
+                .insert(t.id.clone(), here);
+        }
         if global.is_empty() {
             self.customs.global.by_id.remove(&t.id);
         } else {
@@ -391,7 +395,22 @@ impl Task {
                     .map(move |p| (c.client_id.clone(), p.clone()))
             })
             .collect();
-        let mut changed = false;
+        // A plugin its client no longer publishes leaves (clients that left keep theirs: a
+        // reconnecting window publishes them again).
+        let active: std::collections::HashSet<&str> = self
+            .session
+            .active_clients
+            .iter()
+            .map(|c| c.client_id.as_str())
+            .collect();
+        let before = self.customs.plugins.len();
+        self.customs.plugins.retain(|(client, p)| {
+            !active.contains(client.as_str())
+                || published
+                    .iter()
+                    .any(|(c, q)| c == client && q.id == p.published.id)
+        });
+        let mut changed = self.customs.plugins.len() != before;
         for (client, p) in published {
             let known = self
                 .customs

@@ -385,6 +385,18 @@ async fn a_projects_customizations_and_the_windows_plugins_show_toggle_and_compl
     .await;
     run_turn(&mut c, &chat, &model, json!({"text": "wave?"})).await;
     assert!(last_request(&e).contains("goodplug:wave"));
+    // The plugins it no longer publishes are gone.
+    let state = serde_json::to_value(e.server_session_state(&session).await).unwrap();
+    let ids: Vec<&str> = state["customizations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert!(
+        ids.contains(&"p-good") && !ids.contains(&"p-bad") && !ids.contains(&"p-half"),
+        "{ids:?}"
+    );
 
     // Stopped and started from the window: the same, without a decision kept.
     c.actions.clear();
