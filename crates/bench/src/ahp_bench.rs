@@ -7,10 +7,11 @@ use ahp_types::actions::{RootActiveSessionsChangedAction, StateAction};
 use claude_host_agent::{Agent, AgentConfig};
 use claude_host_ahp::{Host, HostConfig, ServeConfig};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod common;
 
 const TOKEN: &str = "bench-token";
 
@@ -85,16 +86,6 @@ async fn fan_out(host: &Arc<Host>, url: &str, clients: usize, total: u64) -> any
     Ok(total as f64 / secs)
 }
 
-fn rss_kb(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS"))
-}
-
 /// Starts `claude-host serve` on a replay upstream, creates `sessions` idle sessions, and
 /// returns (RSS at start, RSS after) in KiB.
 async fn idle_sessions_rss(sessions: usize) -> anyhow::Result<(u64, u64)> {
@@ -124,22 +115,10 @@ async fn idle_sessions_rss(sessions: usize) -> anyhow::Result<(u64, u64)> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let port = loop {
-        let line = lines
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("serve exited"))??;
-        if let Some(p) = line.strip_prefix("READY:") {
-            break p.trim().parse::<u16>()?;
-        }
-    };
+    let (port, _stdout) = common::serve_port(&mut child)?;
     let url = format!("ws://127.0.0.1:{port}/?tkn={TOKEN}");
     let c = connect(&url, "rss").await?;
-    let before = rss_kb(child.id())?;
+    let before = common::rss_kib(child.id());
     for _ in 0..sessions {
         let _: Value = c
             .request(
@@ -150,7 +129,7 @@ async fn idle_sessions_rss(sessions: usize) -> anyhow::Result<(u64, u64)> {
     }
     // Let allocations settle before reading.
     c.ping().await?;
-    let after = rss_kb(child.id())?;
+    let after = common::rss_kib(child.id());
     c.shutdown().await;
     let _ = child.kill();
     let _ = child.wait();

@@ -131,3 +131,29 @@ pub fn median(v: &[std::time::Duration]) -> std::time::Duration {
 pub fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
+
+/// The port `claude-host serve` (spawned with a piped stdout) prints as `READY:<port>`, and
+/// its stdout, which the caller keeps open while the server runs (a closed pipe would fail
+/// its later output).
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn serve_port(
+    child: &mut std::process::Child,
+) -> anyhow::Result<(
+    u16,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+)> {
+    use std::io::BufRead;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    loop {
+        let line = lines
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("serve exited"))??;
+        if let Some(p) = line.strip_prefix("READY:") {
+            return Ok((p.trim().parse::<u16>()?, lines));
+        }
+    }
+}

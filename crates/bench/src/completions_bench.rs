@@ -17,7 +17,6 @@ use ahp::{Client, ClientConfig};
 use claude_host_agent::completions::FileMatch;
 use claude_host_agent::file_index::{FileIndex, search};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -305,19 +304,7 @@ async fn end_to_end(
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(base.join("serve.log"))?)
         .spawn()?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let port = loop {
-        let line = lines
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("serve exited"))??;
-        if let Some(p) = line.strip_prefix("READY:") {
-            break p.trim().parse::<u16>()?;
-        }
-    };
+    let (port, _stdout) = common::serve_port(&mut child)?;
     let c = connect(&format!("ws://127.0.0.1:{port}/?tkn={TOKEN}")).await?;
     // A session on an empty folder first, so the reading below counts the index, not the
     // first session's own set-up.

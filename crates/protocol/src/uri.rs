@@ -37,14 +37,26 @@ pub enum FileUriError {
 /// A `file://` URI for a path, every byte outside the unreserved set percent-encoded.
 pub fn file_uri(path: &Path) -> String {
     let mut out = String::from("file://");
-    for &b in path.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+    percent_encode_into(&mut out, path.as_os_str().as_bytes(), b"/-._~");
+    out
+}
+
+/// One path segment (a file name) for a URI: every byte outside the unreserved set, `/`
+/// included, percent-encoded.
+pub fn percent_encode_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    percent_encode_into(&mut out, name.as_bytes(), b"-._~");
+    out
+}
+
+fn percent_encode_into(out: &mut String, bytes: &[u8], kept: &[u8]) {
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || kept.contains(&b) {
             out.push(char::from(b));
         } else {
             let _ = write!(out, "%{b:02X}");
         }
     }
-    out
 }
 
 /// Decodes `%XX` escapes; `None` for a malformed one.
@@ -165,6 +177,14 @@ pub fn session_uri_id(session_uri: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_segment_escapes_its_slashes_and_decodes_back() {
+        let name = "a b/c%é.md";
+        let enc = super::percent_encode_segment(name);
+        assert_eq!(enc, "a%20b%2Fc%25%C3%A9.md");
+        assert_eq!(super::percent_decode(&enc).unwrap(), name.as_bytes());
+    }
+
     #[test]
     fn default_chat_uris_are_vs_codes_computed_form_and_decode_back() {
         // The example of VS Code's reference: a `claude:/` session and its default chat.

@@ -70,20 +70,11 @@ fn make_private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 fn join_uri(base: &str, name: &str) -> String {
-    format!("{}/{}", base.trim_end_matches('/'), percent_name(name))
-}
-
-/// A file name as a URI path segment.
-fn percent_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        claude_host_protocol::uri::percent_encode_segment(name)
+    )
 }
 
 fn copy_dir<'a>(

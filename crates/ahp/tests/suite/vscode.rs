@@ -238,6 +238,13 @@ impl VsCode {
         }
     }
 
+    /// Dispatches `action` on `channel` and returns its echo (with `rejectionReason` when
+    /// refused).
+    async fn dispatch_echo(&mut self, channel: &str, action: Value) -> Value {
+        let seq = self.dispatch(channel, action).await;
+        self.echo(seq).await
+    }
+
     /// The echo of this client's own action `client_seq`.
     async fn echo(&mut self, client_seq: i64) -> Value {
         let me = self.client_id.clone();

@@ -338,18 +338,6 @@ fn sigkill(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
-/// Polls `f` until it holds (every 100 ms, up to `WAIT`).
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + WAIT;
-    while !f() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_mid_turn_hands_the_session_over_with_every_entry() {
     let pg = PgCluster::shared();

@@ -1325,17 +1325,13 @@ fn alive(pid: i32) -> bool {
 
 /// The pid a Bash tool call wrote to `file`, once it has.
 async fn pid_in(file: &std::path::Path) -> i32 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(pid) = std::fs::read_to_string(file)
+    let read = || {
+        std::fs::read_to_string(file)
             .ok()
             .and_then(|t| t.trim().parse().ok())
-        {
-            return pid;
-        }
-        assert!(std::time::Instant::now() < deadline, "the Bash tool ran");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    until("the Bash tool ran", || read().is_some()).await;
+    read().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1364,14 +1360,10 @@ async fn a_background_job_of_a_tool_ends_with_its_session() {
     assert_eq!(stdout(&out).trim().lines().last(), Some("Left it running."));
     let job = pid_in(&pidfile).await;
     // `run` has exited: its session ended, and the job with it (it was init's child already).
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while alive(job) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "job {job} outlived its session"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(&format!("job {job} to end with its session"), || {
+        !alive(job)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1427,14 +1419,9 @@ async fn a_host_killed_with_sigkill_leaves_no_tool_process_running() {
     // SIGKILL: nothing of the host runs after it.
     host.kill().unwrap();
     let _ = host.wait();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while alive(sleeper) || cli_pids.iter().any(|p| alive(*p)) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still running after the host was killed: sleeper {} children {:?}",
-            alive(sleeper),
-            cli_pids.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        &format!("the sleeper {sleeper} and the host's children {cli_pids:?} to end"),
+        || !alive(sleeper) && cli_pids.iter().all(|p| !alive(*p)),
+    )
+    .await;
 }

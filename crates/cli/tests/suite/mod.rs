@@ -79,3 +79,15 @@ pub(crate) fn stdout(o: &Output) -> String {
 pub(crate) fn log_of(home: &Path) -> String {
     std::fs::read_to_string(home.join("logs/claude-host.log")).unwrap_or_default()
 }
+
+/// Polls `f` until it holds (every 50 ms, up to a minute).
+pub(crate) async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -47,6 +47,8 @@ pub(crate) struct Customs {
     applied_agent: Option<Option<String>>,
     /// An `apply_flag_settings` for the agent is on its way.
     agent_applying: bool,
+    /// What `active.txt` holds.
+    saved_summary: Vec<String>,
 }
 
 impl Customs {
@@ -72,6 +74,7 @@ impl Customs {
             want_agent: None,
             applied_agent: None,
             agent_applying: false,
+            saved_summary: Vec::new(),
         }
     }
 }
@@ -195,36 +198,7 @@ impl Task {
 
     /// After a CLI started: watches its MCP servers until none is still starting.
     pub(super) fn watch_mcp(&self, cli: Arc<ClaudeSession>) {
-        let tx = self.internal_tx.clone();
-        let generation = self.generation;
-        tokio::spawn(async move {
-            let until = Instant::now() + MCP_WATCH;
-            loop {
-                let Ok(answer) = cli.request("mcp_status", json!({})).await else {
-                    return;
-                };
-                let servers: Vec<Value> = answer
-                    .get("mcpServers")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let starting = servers
-                    .iter()
-                    .any(|s| s.get("status").and_then(Value::as_str) == Some("pending"));
-                if tx
-                    .send(Internal::McpStatus {
-                        generation,
-                        servers,
-                    })
-                    .is_err()
-                    || !starting
-                    || Instant::now() >= until
-                {
-                    return;
-                }
-                tokio::time::sleep(MCP_POLL).await;
-            }
-        });
+        tokio::spawn(watch_mcp(cli, self.internal_tx.clone(), self.generation));
     }
 
     pub(super) fn on_mcp_status(&mut self, generation: u64, servers: Vec<Value>) {
@@ -333,7 +307,7 @@ impl Task {
             && !was_stopped
             && let Cli::Live(cli) = &self.cli
         {
-            // A server that failed: the live CLI tries it again.
+            // A server that failed: the live CLI tries it again, watched like a start.
             let cli = cli.clone();
             let tx = self.internal_tx.clone();
             let generation = self.generation;
@@ -344,17 +318,7 @@ impl Task {
                 {
                     tracing::info!(server = %name, error = %e, "the MCP server did not reconnect");
                 }
-                if let Ok(answer) = cli.request("mcp_status", json!({})).await {
-                    let servers = answer
-                        .get("mcpServers")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    let _ = tx.send(Internal::McpStatus {
-                        generation,
-                        servers,
-                    });
-                }
+                watch_mcp(cli, tx, generation).await;
             });
         }
         self.apply_between_turns().await;
@@ -518,17 +482,49 @@ impl Task {
         cz::agent_named_by(self.tree(), &self.customs.discovered.targets, uri)
     }
 
-    /// One line per customization, for `sessions show`, kept beside the decisions.
-    pub(super) fn save_active_summary(&self) {
+    /// One line per customization, for `sessions show`, kept beside the decisions (written
+    /// when it changed).
+    pub(super) fn save_active_summary(&mut self) {
         let Some(dir) = &self.customs.spec.dir else {
             return;
         };
         let lines = cz::summary(self.tree());
+        if lines == self.customs.saved_summary {
+            return;
+        }
+        self.customs.saved_summary = lines.clone();
         if let Err(e) = std::fs::create_dir_all(dir)
             .and_then(|()| std::fs::write(dir.join("active.txt"), lines.join("\n") + "\n"))
         {
             tracing::debug!(session = %self.id, error = %e, "active customizations not recorded");
         }
+    }
+}
+
+/// Asks the CLI for its MCP servers' states, again every [`MCP_POLL`] while one is still
+/// starting (for at most [`MCP_WATCH`]), and reports each answer to the task.
+async fn watch_mcp(cli: Arc<ClaudeSession>, tx: mpsc::UnboundedSender<Internal>, generation: u64) {
+    let until = Instant::now() + MCP_WATCH;
+    loop {
+        let Ok(answer) = cli.request("mcp_status", json!({})).await else {
+            return;
+        };
+        let servers: Vec<Value> = answer
+            .get("mcpServers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let starting = servers
+            .iter()
+            .any(|s| s.get("status").and_then(Value::as_str) == Some("pending"));
+        let sent = tx.send(Internal::McpStatus {
+            generation,
+            servers,
+        });
+        if sent.is_err() || !starting || Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep(MCP_POLL).await;
     }
 }
 

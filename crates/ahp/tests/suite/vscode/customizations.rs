@@ -319,14 +319,13 @@ async fn a_projects_customizations_and_the_windows_plugins_show_toggle_and_compl
     }
 
     // Turned off for this session: the next request has none of its tools.
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &session,
             json!({"type": "session/customizationToggled", "id": "mcp:tiny",
                 "enablement": [{"kind": "session", "enabled": false}]}),
         )
         .await;
-    let echo = c.echo(seq).await;
     assert!(echo.get("rejectionReason").is_none(), "{echo}");
     until_entry(&mut c, "tiny stopped", "mcp:tiny", state_is("stopped")).await;
     run_turn(&mut c, &chat, &model, json!({"text": "again"})).await;
@@ -347,13 +346,13 @@ async fn a_projects_customizations_and_the_windows_plugins_show_toggle_and_compl
     );
 
     // And on again.
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &session,
             json!({"type": "session/customizationToggled", "id": "mcp:tiny", "enablement": []}),
         )
         .await;
-    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
     c.actions.clear();
     until_entry(&mut c, "tiny ready again", "mcp:tiny", state_is("ready")).await;
     run_turn(&mut c, &chat, &model, json!({"text": "once more"})).await;
@@ -370,13 +369,13 @@ async fn a_projects_customizations_and_the_windows_plugins_show_toggle_and_compl
     );
     let republished = json!({"clientId": c.client_id, "tools": [], "customizations": [
         {"type": "plugin", "id": "p-good", "uri": GOOD, "name": "Good", "enabled": true, "nonce": "n2"}]});
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &session,
             json!({"type": "session/activeClientSet", "activeClient": republished}),
         )
         .await;
-    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
     until_entry(&mut c, "the plugin copied again", "p-good", |p| {
         p["children"]
             .as_array()
@@ -400,13 +399,13 @@ async fn a_projects_customizations_and_the_windows_plugins_show_toggle_and_compl
 
     // Stopped and started from the window: the same, without a decision kept.
     c.actions.clear();
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &session,
             json!({"type": "session/mcpServerStopRequested", "id": "mcp:tiny"}),
         )
         .await;
-    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
     run_turn(&mut c, &chat, &model, json!({"text": "stopped?"})).await;
     let (_, news) = last_turn_news(&e);
     assert!(news.contains("no longer available"), "{news}");
@@ -414,13 +413,13 @@ async fn a_projects_customizations_and_the_windows_plugins_show_toggle_and_compl
         entry(&e, &session, "mcp:tiny").await["state"]["kind"],
         "stopped"
     );
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &session,
             json!({"type": "session/mcpServerStartRequested", "id": "mcp:tiny"}),
         )
         .await;
-    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
     until_entry(
         &mut c,
         "tiny ready after a start",
@@ -428,29 +427,28 @@ async fn a_projects_customizations_and_the_windows_plugins_show_toggle_and_compl
         state_is("ready"),
     )
     .await;
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &session,
             json!({"type": "session/mcpServerStopRequested", "id": "mcp:nothing"}),
         )
         .await;
-    assert!(c.echo(seq).await["rejectionReason"].is_string());
+    assert!(echo["rejectionReason"].is_string(), "{echo}");
 
     // One hook cannot be turned off alone: refused with the reason, nothing changes.
     let hook = hooks["children"][0]["id"].as_str().unwrap().to_owned();
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &session,
             json!({"type": "session/customizationToggled", "id": hook,
                 "enablement": [{"kind": "session", "enabled": false}]}),
         )
         .await;
-    let refused = c.echo(seq).await;
     assert!(
-        refused["rejectionReason"]
+        echo["rejectionReason"]
             .as_str()
             .is_some_and(|r| r.contains("hooks")),
-        "{refused}"
+        "{echo}"
     );
 }
 
@@ -489,19 +487,18 @@ async fn a_custom_agent_picked_in_the_window_runs_the_turn() {
     let request = e.fake.message_requests().pop().unwrap().json();
     assert!(names(&request).contains(&"Bash".to_owned()), "{request}");
     // An agent the session does not have is refused.
-    let seq = c
-        .dispatch(
+    let echo = c
+        .dispatch_echo(
             &chat,
             json!({"type": "chat/turnStarted", "turnId": request_id(),
                 "startedAt": "2026-05-01T10:01:00.000Z", "message": {"text": "x", "origin": {"kind": "user"},
                     "agent": {"uri": "file:///nowhere/agent.md"}, "model": {"id": model}}}),
         )
         .await;
-    let refused = c.echo(seq).await;
     assert!(
-        refused["rejectionReason"]
+        echo["rejectionReason"]
             .as_str()
             .is_some_and(|r| r.contains("no agent")),
-        "{refused}"
+        "{echo}"
     );
 }
