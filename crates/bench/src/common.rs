@@ -26,17 +26,51 @@ pub async fn fake_behind_proxy(
 /// the fake's token).
 #[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
 pub async fn proxy_for(fake: &FakeUpstream) -> anyhow::Result<claude_host_proxy::ProxyHandle> {
-    let copilot = CopilotUpstream::new(
+    Ok(claude_host_proxy::start(
+        claude_host_proxy::ProxyConfig::default(),
+        Arc::new(copilot_for(fake)?),
+    )
+    .await?)
+}
+
+/// An agent running the pinned CLI in `dir/work` (its config and home in `dir`), its model
+/// calls through a claude-host proxy in front of `fake`; `tune` adjusts the configuration.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub async fn agent_for(
+    fake: &FakeUpstream,
+    dir: &std::path::Path,
+    store: Option<Arc<dyn claude_host_store::Store>>,
+    tune: impl FnOnce(&mut claude_host_agent::AgentConfig),
+) -> anyhow::Result<claude_host_agent::Agent> {
+    let mut config = claude_host_agent::AgentConfig::new(
+        claude_host_testkit::cli::pinned_cli()?,
+        dir.join("work"),
+    );
+    config.config_dir = Some(dir.join(".claude"));
+    config
+        .extra_env
+        .push(("HOME".into(), dir.display().to_string()));
+    tune(&mut config);
+    let proxy = proxy_for(fake).await?;
+    Ok(claude_host_agent::Agent::new(
+        config,
+        Arc::new(claude_host_agent::ProxyModels::with_upstream(
+            proxy,
+            Arc::new(copilot_for(fake)?),
+            None,
+        )),
+        store,
+    ))
+}
+
+fn copilot_for(fake: &FakeUpstream) -> anyhow::Result<CopilotUpstream> {
+    Ok(CopilotUpstream::new(
         claude_host_upstream::http_client()?,
         "gho_fake_github_token".into(),
         CopilotEndpoints::single_host(&fake.url()),
         ClientIdentity::default(),
         CopilotOptions::default(),
-    );
-    Ok(
-        claude_host_proxy::start(claude_host_proxy::ProxyConfig::default(), Arc::new(copilot))
-            .await?,
-    )
+    ))
 }
 
 /// The resident memory of process `pid`, in KiB (0 when it is gone).

@@ -12,9 +12,8 @@
 
 mod common;
 
-use claude_host_agent::{Agent, AgentConfig, ChannelKind, ProxyModels};
+use claude_host_agent::{Agent, ChannelKind};
 use claude_host_testkit::fake::{FakeUpstream, Reply};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const IDLE: Duration = Duration::from_secs(2);
@@ -148,23 +147,5 @@ async fn agent(
     dir: &std::path::Path,
     cli_idle: Option<Duration>,
 ) -> anyhow::Result<Agent> {
-    let mut config = AgentConfig::new(claude_host_testkit::cli::pinned_cli()?, dir.join("work"));
-    config.config_dir = Some(dir.join(".claude"));
-    config
-        .extra_env
-        .push(("HOME".into(), dir.display().to_string()));
-    config.cli_idle = cli_idle;
-    let proxy = common::proxy_for(fake).await?;
-    let copilot = claude_host_upstream::copilot::CopilotUpstream::new(
-        claude_host_upstream::http_client()?,
-        "gho_fake_github_token".into(),
-        claude_host_upstream::copilot::CopilotEndpoints::single_host(&fake.url()),
-        claude_host_upstream::copilot::ClientIdentity::default(),
-        claude_host_upstream::copilot::CopilotOptions::default(),
-    );
-    Ok(Agent::new(
-        config,
-        Arc::new(ProxyModels::with_upstream(proxy, Arc::new(copilot), None)),
-        None,
-    ))
+    common::agent_for(fake, dir, None, |c| c.cli_idle = cli_idle).await
 }

@@ -176,15 +176,20 @@ fn main() -> anyhow::Result<()> {
             peak as f64 / 1024.0
         );
     }
-    // Let connections close and the proxy notice it is idle.
+    // Let connections close and the proxy notice it is idle; then past the upstream pool's
+    // idle timeout (60 s), which the target's "one minute after" allows for.
     std::thread::sleep(Duration::from_secs(4));
     let after = status_kb(pid, "VmRSS")?;
+    std::thread::sleep(Duration::from_secs(61));
+    let minute = status_kb(pid, "VmRSS")?;
     println!();
     println!(
-        "proxy RSS: idle {:.1} MB, peak {:.1} MB, after the load {:.1} MB",
+        "proxy RSS: idle {:.1} MB, peak {:.1} MB, 4 s after the load {:.1} MB, a minute after {:.1} MB ({:.2}× idle)",
         idle_rss as f64 / 1024.0,
         status_kb(pid, "VmHWM")? as f64 / 1024.0,
-        after as f64 / 1024.0
+        after as f64 / 1024.0,
+        minute as f64 / 1024.0,
+        minute as f64 / idle_rss.max(1) as f64
     );
     println!(
         "(CPU/event = on-CPU time of all proxy threads, from /proc/PID/task/*/schedstat, ÷ events relayed)"

@@ -230,6 +230,12 @@ impl ProxyHandle {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = upstream;
     }
 
+    /// `POST /v1/messages` requests in flight now, from the moment their body is read until
+    /// their response ends.
+    pub fn active_requests(&self) -> usize {
+        self.state.active.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// How this proxy learns which requests a human started, per session (see
     /// [`PromptLedger`]).
     pub fn prompt_ledger(&self) -> PromptLedger {

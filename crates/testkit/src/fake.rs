@@ -301,6 +301,15 @@ impl FakeUpstream {
             .collect()
     }
 
+    /// Forgets the requests captured so far, returning how many were `POST /v1/messages`: a
+    /// test that sends thousands measures its process's memory without the fake's log of them.
+    pub fn forget_requests(&self) -> usize {
+        std::mem::take(&mut *lock(&self.state.requests))
+            .iter()
+            .filter(|r| r.method == "POST" && path_only(&r.path) == "/v1/messages")
+            .count()
+    }
+
     /// Adds a scripted reply.
     pub fn push(&self, rule: Rule) {
         let uses = rule.times.unwrap_or(1);

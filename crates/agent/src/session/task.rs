@@ -615,6 +615,8 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         cli_idle_since: None,
         running_tasks: std::collections::HashSet::new(),
         evicted: false,
+        draft_typed_at: None,
+        draft_told_at: None,
         customs: customs::Customs::new(spec.customs),
     };
     let mut task = task;
@@ -805,6 +807,9 @@ struct Task {
     running_tasks: std::collections::HashSet<String>,
     /// The CLI was stopped for being idle (opening the session starts it again).
     evicted: bool,
+    /// When a client last showed a prompt being typed, and when the live CLI was last told.
+    draft_typed_at: Option<Instant>,
+    draft_told_at: Option<Instant>,
     /// Its customizations.
     customs: customs::Customs,
 }

@@ -676,3 +676,76 @@ async fn an_idle_cli_stops_and_comes_back_resumed_never_while_anything_waits() {
         "resumed with the history: {last}"
     );
 }
+
+/// A CLI that logs every line it reads to `<script>.log`, answers control requests, and ends
+/// each turn at once.
+const LOGGING_CLI: &str = r#"
+while IFS= read -r line; do
+  printf '%s\n' "$line" >> "$0.log"
+  case "$line" in
+    *'"control_request"'*)
+      id=$(printf '%s' "$line" | sed -E 's/.*"request_id":"([^"]+)".*/\1/')
+      printf '{"type":"control_response","response":{"subtype":"success","request_id":"%s","response":{}}}\n' "$id" ;;
+    *'"type":"user"'*)
+      echo '{"type":"system","subtype":"init","session_id":"s"}'
+      echo "$RESULT" ;;
+  esac
+done
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_a_prompt_starts_the_cli_and_tells_it_between_turns_once_per_ten_seconds() {
+    let e = env().await;
+    let cli = write(
+        e.dir.path(),
+        &Scenario::Custom(format!("RESULT='{RESULT_FRAME}'\n{LOGGING_CLI}")),
+    )
+    .unwrap();
+    let log = PathBuf::from(format!("{}.log", cli.display()));
+    let mut opts = e.opts();
+    opts.cli = cli;
+    let s = e.session(opts);
+    let told = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(r#""subtype":"prompt_draft_activity""#))
+            .count()
+    };
+    let draft = |text: Option<&str>| {
+        action(match text {
+            Some(t) => json!({"type": "chat/draftChanged",
+                "draft": {"text": t, "origin": {"kind": "user"}}}),
+            None => json!({"type": "chat/draftChanged"}),
+        })
+    };
+    assert!(s.cli_pgid().await.is_none(), "no CLI before anything asks");
+    // The first key starts the CLI, which is told once it is up.
+    s.dispatch(ChannelKind::Chat, draft(Some("w")), origin(1))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while told() == 0 {
+        assert!(std::time::Instant::now() < deadline, "never told");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // More keys within ten seconds, and a cleared draft, tell it nothing more.
+    for (i, text) in [Some("wh"), Some("wha"), None].into_iter().enumerate() {
+        s.dispatch(ChannelKind::Chat, draft(text), origin(2 + i as i64))
+            .await
+            .unwrap();
+    }
+    s.send("what").await.unwrap();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let user_at = lines
+        .lines()
+        .position(|l| l.contains(r#""type":"user""#))
+        .unwrap();
+    let told_at = lines
+        .lines()
+        .position(|l| l.contains("prompt_draft_activity"))
+        .unwrap();
+    assert!(told_at < user_at, "told before the prompt:\n{lines}");
+    assert_eq!(told(), 1, "told once:\n{lines}");
+    assert_eq!(s.status().materializations, 1);
+}

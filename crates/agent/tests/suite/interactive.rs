@@ -117,14 +117,7 @@ async fn ask_user_question_becomes_an_input_request_and_the_answers_reach_the_mo
     assert_eq!(k[completed]["response"], "accept");
     let state = serde_json::to_value(s.state().await).unwrap();
     assert_eq!(state["turns"][0]["state"], "complete");
-    let text = state["turns"][0]["responseParts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["kind"] == "markdown")
-        .unwrap()["content"]
-        .clone();
-    assert_eq!(text, "Banana noted.");
+    assert_eq!(super::turn_markdown(&state["turns"][0]), "Banana noted.");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,13 +499,7 @@ async fn a_turn_claude_code_starts_on_its_own_becomes_its_own_turn() {
     let summary: Vec<(String, String, String)> = turns
         .iter()
         .map(|t| {
-            let text = t["responseParts"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|p| p["kind"] == "markdown")
-                .map(|p| p["content"].as_str().unwrap().to_owned())
-                .collect::<String>();
+            let text = super::turn_markdown(t);
             (
                 t["message"]["origin"]["kind"].as_str().unwrap().to_owned(),
                 t["state"].as_str().unwrap().to_owned(),

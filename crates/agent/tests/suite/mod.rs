@@ -119,6 +119,17 @@ pub(crate) async fn turn_states(s: &SessionHandle) -> Vec<String> {
         .collect()
 }
 
+/// The markdown parts of a turn (as JSON), joined.
+pub(crate) fn turn_markdown(turn: &serde_json::Value) -> String {
+    turn["responseParts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "markdown")
+        .map(|p| p["content"].as_str().unwrap())
+        .collect()
+}
+
 pub(crate) struct Actions {
     sub: claude_host_agent::SessionSubscription,
     chat: String,

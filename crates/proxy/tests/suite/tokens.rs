@@ -6,38 +6,71 @@ async fn ok_request(e: &Env) {
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
 }
 
-#[tokio::test]
-async fn hundred_concurrent_requests_with_an_expired_token_mint_once() {
+/// Issue 16's fault suite: a thousand requests arrive while the token is past its refresh
+/// time and the one mint is held at GitHub: all wait for it, none fails, and all use the new
+/// token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_requests_across_a_token_expiry_mint_once() {
+    const REQUESTS: usize = 1000;
     let e = env().await;
     ok_request(&e).await;
     assert_eq!(e.fake.mint_count(), 1);
-    // Past the refresh time: the cached token must be replaced, once, for everyone.
+    let release = e.fake.hold_mints();
     e.clock.advance(3600);
-    let tasks: Vec<_> = (0..100)
+    let tasks: Vec<_> = (0..REQUESTS)
         .map(|_| {
             let http = e.http.clone();
             let url = e.url("/v1/messages");
             let bearer = e.bearer();
             tokio::spawn(async move {
-                http.post(url)
+                let resp = http
+                    .post(url)
                     .header("authorization", bearer)
                     .json(&request("hi", false))
                     .send()
                     .await
-                    .unwrap()
-                    .status()
+                    .unwrap();
+                (resp.status(), resp.text().await.unwrap())
             })
         })
         .collect();
+    // Every request is in the proxy, waiting on the one mint that GitHub holds.
+    e.fake.wait_mints(2, Duration::from_secs(30)).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while e.proxy.active_requests() < REQUESTS {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {REQUESTS} requests reached the proxy",
+            e.proxy.active_requests()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        e.fake.message_requests().len(),
+        1,
+        "none went out with the old token"
+    );
+    release.open();
     for t in tasks {
-        assert_eq!(t.await.unwrap(), 200);
+        let (status, body) = t.await.unwrap();
+        assert_eq!(status, 200, "{body}");
     }
     assert_eq!(e.fake.mint_count(), 2);
-    let tokens: std::collections::HashSet<String> = e.fake.message_requests()[1..]
+    let sent = e.fake.message_requests();
+    assert_eq!(sent.len(), REQUESTS + 1);
+    let tokens: std::collections::HashSet<&str> = sent[1..]
         .iter()
-        .map(|r| r.header("authorization").unwrap().to_owned())
+        .map(|r| r.header("authorization").unwrap())
         .collect();
-    assert_eq!(tokens.len(), 1, "all 100 requests used the one new token");
+    assert_eq!(
+        tokens.len(),
+        1,
+        "all {REQUESTS} requests used the one new token"
+    );
+    assert!(
+        !tokens.contains(sent[0].header("authorization").unwrap()),
+        "the new token is not the expired one"
+    );
 }
 
 #[tokio::test]

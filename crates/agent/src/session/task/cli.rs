@@ -240,6 +240,9 @@ impl Task {
                         for w in std::mem::take(&mut self.warm_waiters) {
                             self.deliver(w, Ok(()));
                         }
+                        // A new process has not heard of the typing yet.
+                        self.draft_told_at = None;
+                        self.tell_draft_activity();
                         self.sync_settings();
                         self.pump().await;
                     }

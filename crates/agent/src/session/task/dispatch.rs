@@ -77,8 +77,8 @@ impl Task {
                 | StateAction::ChatInputAnswerChanged(_)),
             ) => {
                 // Typing a prompt: its CLI should be ready when it is sent.
-                if matches!(a, StateAction::ChatDraftChanged(_)) {
-                    self.rewarm("draft");
+                if let StateAction::ChatDraftChanged(d) = &a {
+                    self.on_draft(d.draft.is_some());
                 }
                 self.publish(ChannelKind::Chat, a, Some(origin.clone()));
                 Ok(())

@@ -1,9 +1,15 @@
 //! Idle CLIs: a session's Claude Code process is stopped once nothing has used it for a
 //! while (never while a turn, a confirmation, a client tool call, a subagent or a background
 //! task is live) and started again, resuming the session, when it is needed. A client that
-//! opens the session or starts typing a prompt starts it ahead of the prompt.
+//! opens the session or starts typing a prompt starts it ahead of the prompt; while a prompt
+//! is typed, the CLI is told (`prompt_draft_activity`), so that it gets its next request ready
+//! (its first request after a start costs about 100 ms more than later ones otherwise).
 
 use super::*;
+
+/// How often a live CLI hears that a prompt is being typed: its own contract asks for the
+/// first key and then about every 10 s while typing goes on.
+const DRAFT_ACTIVITY_EVERY: Duration = Duration::from_secs(10);
 
 impl Task {
     /// Keeps the CLI's background tasks (started, ended, or listed anew) from its frames;
@@ -88,5 +94,39 @@ impl Task {
             tracing::debug!(session = %self.id, why, "starting Claude Code ahead of a prompt");
             self.start_cli();
         }
+    }
+
+    /// A client changed the chat's draft (`typing`: it holds a prompt, rather than cleared).
+    pub(super) fn on_draft(&mut self, typing: bool) {
+        self.rewarm("draft");
+        if typing {
+            self.draft_typed_at = Some(Instant::now());
+            self.tell_draft_activity();
+        }
+    }
+
+    /// Tells a live CLI between turns that a prompt is being typed, at most every
+    /// [`DRAFT_ACTIVITY_EVERY`]. A CLI still starting is told once it is up.
+    pub(super) fn tell_draft_activity(&mut self) {
+        let Cli::Live(cli) = &self.cli else {
+            return;
+        };
+        let typing = self
+            .draft_typed_at
+            .is_some_and(|t| t.elapsed() < DRAFT_ACTIVITY_EVERY);
+        let told = self
+            .draft_told_at
+            .is_some_and(|t| t.elapsed() < DRAFT_ACTIVITY_EVERY);
+        if !typing || told || self.turn.is_some() || !self.queue.is_empty() {
+            return;
+        }
+        self.draft_told_at = Some(Instant::now());
+        let cli = cli.clone();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = cli.request("prompt_draft_activity", json!({})).await {
+                tracing::debug!(session = %id, error = %e, "the CLI did not take prompt_draft_activity");
+            }
+        });
     }
 }
