@@ -132,6 +132,8 @@ pub struct AgentConfig {
     /// Learns of every CLI's and terminal's session, so none outlives a host killed with
     /// SIGKILL (`None`: they die with the host only when it ends normally).
     pub keeper: Option<Arc<claude_host_sdk::Keeper>>,
+    /// Where the agent's counters go (CLI starts, crashes, idle stops); `None`: not counted.
+    pub meter: Option<opentelemetry::metrics::Meter>,
 }
 
 impl AgentConfig {
@@ -152,6 +154,7 @@ impl AgentConfig {
             edits_dir: None,
             customizations_dir: None,
             keeper: None,
+            meter: None,
             cli_idle: Some(Duration::from_secs(300)),
         }
     }
@@ -277,6 +280,7 @@ pub struct Agent {
     shut_down: tokio::sync::OnceCell<()>,
     // The sessions' folders, indexed for `@` completions (one index per folder, shared).
     file_indexes: crate::file_index::FileIndexes,
+    meters: Option<crate::meters::CliMeters>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -297,6 +301,7 @@ impl Agent {
         store: Option<Arc<dyn Store>>,
     ) -> Agent {
         let (notices, _) = broadcast::channel(1024);
+        let meters = config.meter.as_ref().map(crate::meters::CliMeters::new);
         let mirror = config.durable.as_ref().and_then(|d| {
             let projects = claude_host_sdk::transcripts::config_dir(
                 config.config_dir.as_deref(),
@@ -319,6 +324,7 @@ impl Agent {
             live_tasks: Arc::new(AtomicUsize::new(0)),
             shut_down: tokio::sync::OnceCell::new(),
             file_indexes: crate::file_index::FileIndexes::default(),
+            meters,
         }
     }
 
@@ -605,6 +611,7 @@ impl Agent {
             edits,
             customs,
             cli_idle: self.config.cli_idle,
+            meters: self.meters.clone(),
             on_exit: self.on_exit(&id),
             id,
             uris,

@@ -16,6 +16,7 @@ pub mod edits;
 pub mod file_index;
 pub mod listing;
 pub mod mapper;
+mod meters;
 pub mod mirror;
 pub mod models;
 pub mod outbox;

@@ -274,15 +274,18 @@ fn print_database(report: Option<&serde_json::Value>) {
 
 pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
     let requests = crate::usage::totals(&ctx.home);
+    let day = claude_host_proxy::telemetry::today();
+    let today = crate::usage::day(&ctx.home, &day);
     let database = database_report(ctx).await;
     let Some(token) = ctx.github_token()? else {
         if as_json {
             println!(
                 "{}",
-                json!({"signed_in": false, "requests": requests_json(&requests), "database": database})
+                json!({"signed_in": false, "today": today_json(&day, &today), "requests": requests_json(&requests), "database": database})
             );
         } else {
             println!("Not signed in. Run `claude-host login`.");
+            print_today(&day, &today);
             print_requests(&requests);
             print_database(database.as_ref());
         }
@@ -319,6 +322,7 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             Err(e) => json!({"valid": false, "error": e.to_string()}),
         },
         "errors": errors,
+        "today": today_json(&day, &today),
         "requests": requests_json(&requests),
         "database": database,
     });
@@ -366,6 +370,7 @@ pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             ),
             Err(e) => println!("Copilot token: {e}"),
         }
+        print_today(&day, &today);
         print_requests(&requests);
         print_database(database.as_ref());
     }
@@ -386,6 +391,32 @@ fn requests_json(sessions: &[crate::usage::SessionTotals]) -> serde_json::Value 
 }
 
 /// How many requests went out as the user's (premium requests) and as the agent's.
+fn today_json(day: &str, u: &claude_host_proxy::DayUsage) -> serde_json::Value {
+    json!({"date": day, "requests": u.requests, "premium_requests": u.premium_requests,
+        "agent_requests": u.agent_requests, "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens, "errors": u.errors})
+}
+
+fn print_today(day: &str, u: &claude_host_proxy::DayUsage) {
+    if u.requests == 0 {
+        println!("Today ({day} UTC): no model calls through claude-host");
+        return;
+    }
+    let errors = if u.errors.is_empty() {
+        "none".to_owned()
+    } else {
+        u.errors
+            .iter()
+            .map(|(kind, n)| format!("{n} {kind}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "Today ({day} UTC): {} model calls, {} premium (by you) and {} by the agent; {} input and {} output tokens; errors: {errors}",
+        u.requests, u.premium_requests, u.agent_requests, u.input_tokens, u.output_tokens
+    );
+}
+
 fn print_requests(sessions: &[crate::usage::SessionTotals]) {
     const SHOWN: usize = 10;
     if sessions.is_empty() {
@@ -466,6 +497,7 @@ async fn start_proxy(
     config
         .quota_fallback_model
         .clone_from(&ctx.opts.quota_fallback_model);
+    config.meter = ctx.meter();
     let handle = claude_host_proxy::start(config, upstream.clone()).await?;
     Ok((handle, upstream))
 }
@@ -483,7 +515,12 @@ pub(crate) async fn proxy(ctx: &Context, args: ProxyArgs) -> anyhow::Result<Exit
         (None, port) => SocketAddr::from(([127, 0, 0, 1], port.unwrap_or(0))),
     };
     let (handle, upstream) = start_proxy(ctx, args.tuning.config(listen)?).await?;
-    let _usage = crate::usage::UsageRecorder::start(&ctx.home, handle.prompt_ledger(), "proxy");
+    let _usage = crate::usage::UsageRecorder::start(
+        &ctx.home,
+        handle.prompt_ledger(),
+        handle.usage(),
+        "proxy",
+    );
     let session = format!("proxy-{}", &uuid_simple()[..12]);
     let token = handle.auth_token(&session);
     if args.json {
@@ -538,7 +575,12 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
         }
     };
     let session = uuid_simple();
-    let usage = crate::usage::UsageRecorder::start(&ctx.home, handle.prompt_ledger(), "claude");
+    let usage = crate::usage::UsageRecorder::start(
+        &ctx.home,
+        handle.prompt_ledger(),
+        handle.usage(),
+        "claude",
+    );
     let mut cmd = tokio::process::Command::new(&cli.path);
     // The CLI takes the last `--settings` only: when the user passes one, the prompt hook
     // would replace it, so the proxy goes by the request's shape instead.

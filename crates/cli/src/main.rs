@@ -2,6 +2,7 @@
 
 mod acp;
 mod commands;
+mod otel;
 mod run;
 mod serve;
 mod sessions;

@@ -139,6 +139,8 @@ pub(crate) struct Context {
     pub opts: GlobalOpts,
     pub home: PathBuf,
     pub store: CredentialStore,
+    /// Started by the first command that counts anything; flushed as the command ends.
+    metrics: std::sync::OnceLock<crate::otel::Metrics>,
 }
 
 impl Context {
@@ -149,7 +151,19 @@ impl Context {
                 .context("cannot determine the home directory; set CLAUDE_HOST_HOME")?,
         };
         let store = CredentialStore::in_home(&home);
-        Ok(Context { opts, home, store })
+        Ok(Context {
+            opts,
+            home,
+            store,
+            metrics: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Where the proxy and the agent count, when the environment asks for OTLP metrics.
+    pub fn meter(&self) -> Option<opentelemetry::metrics::Meter> {
+        self.metrics
+            .get_or_init(|| crate::otel::Metrics::from_env(&|k| std::env::var(k).ok()))
+            .meter()
     }
 
     pub fn endpoints(&self) -> CopilotEndpoints {
@@ -380,13 +394,19 @@ pub(crate) async fn build_agent(
         claude_host_proxy::ProxyConfig {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             quota_fallback_model: ctx.opts.quota_fallback_model.clone(),
+            meter: ctx.meter(),
             ..Default::default()
         },
         Arc::new(claude_host_upstream::signed_out::SignedOut),
     )
     .await
     .context("cannot start the model proxy")?;
-    let usage = crate::usage::UsageRecorder::start(&ctx.home, proxy.prompt_ledger(), command);
+    let usage = crate::usage::UsageRecorder::start(
+        &ctx.home,
+        proxy.prompt_ledger(),
+        proxy.usage(),
+        command,
+    );
     let factory: Arc<dyn claude_host_agent::UpstreamFactory> = Arc::new(ctx.upstream_factory()?);
     let models = match upstream {
         Some(u) => claude_host_agent::ProxyModels::with_upstream(proxy, u, Some(factory)),
@@ -398,6 +418,7 @@ pub(crate) async fn build_agent(
     config.edits_dir = Some(ctx.home.join("edits"));
     config.customizations_dir = Some(ctx.home.join("customizations"));
     config.keeper = start_keeper();
+    config.meter = ctx.meter();
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.durable = db.map(|db| claude_host_agent::Durable {

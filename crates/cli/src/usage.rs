@@ -1,11 +1,11 @@
-//! Requests per session, kept on disk for `claude-host status`.
+//! Requests per session, and model calls per UTC day, kept on disk for `claude-host status`.
 //!
 //! Every process that runs a proxy (`serve`, `run`, `claude`, `proxy`) owns one file,
 //! `$CLAUDE_HOST_HOME/usage/<start ms>-<pid>.json`, and rewrites it (atomically, mode 0600)
 //! shortly after its counts change and once more as it stops. One writer per file: processes
 //! running side by side never lose each other's counts, and `status` adds the files up.
 
-use claude_host_proxy::{PromptLedger, SessionUsage};
+use claude_host_proxy::{DayUsage, PromptLedger, SessionUsage, UsageView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,9 @@ struct UsageFile {
     started_at: i64,
     updated_at: i64,
     sessions: BTreeMap<String, SessionUsage>,
+    /// Model calls per UTC day (`YYYY-MM-DD`).
+    #[serde(default)]
+    days: BTreeMap<String, DayUsage>,
 }
 
 fn now_ms() -> i64 {
@@ -36,32 +39,51 @@ fn usage_dir(home: &Path) -> PathBuf {
 /// Writes one process's counts; stops (with a last write) when dropped.
 pub(crate) struct UsageRecorder {
     path: PathBuf,
-    ledger: PromptLedger,
+    sources: Sources,
     command: String,
     started_at: i64,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What a recorder writes: the proxy's per-session requests and its per-day calls.
+#[derive(Clone)]
+struct Sources {
+    ledger: PromptLedger,
+    days: UsageView,
+}
+
 impl UsageRecorder {
-    /// Starts recording `ledger`'s counts for the process running `command`.
-    pub(crate) fn start(home: &Path, ledger: PromptLedger, command: &str) -> UsageRecorder {
+    /// Starts recording the counts of the proxy behind `ledger` and `days` for the process
+    /// running `command`.
+    pub(crate) fn start(
+        home: &Path,
+        ledger: PromptLedger,
+        days: UsageView,
+        command: &str,
+    ) -> UsageRecorder {
         let dir = usage_dir(home);
         prune(&dir);
         let started_at = now_ms();
         let path = dir.join(format!("{started_at}-{}.json", std::process::id()));
+        let sources = Sources { ledger, days };
         let task = {
-            let (path, ledger, command) = (path.clone(), ledger.clone(), command.to_owned());
-            let mut changes = ledger.changes();
+            let (path, sources, command) = (path.clone(), sources.clone(), command.to_owned());
+            let mut prompts = sources.ledger.changes();
+            let mut calls = sources.days.changes();
             tokio::spawn(async move {
-                while changes.changed().await.is_ok() {
-                    write(&path, &ledger, &command, started_at);
+                loop {
+                    tokio::select! {
+                        r = prompts.changed() => if r.is_err() { break },
+                        r = calls.changed() => if r.is_err() { break },
+                    }
+                    write(&path, &sources, &command, started_at);
                     tokio::time::sleep(WRITE_EVERY).await;
                 }
             })
         };
         UsageRecorder {
             path,
-            ledger,
+            sources,
             command: command.to_owned(),
             started_at,
             task,
@@ -72,13 +94,14 @@ impl UsageRecorder {
 impl Drop for UsageRecorder {
     fn drop(&mut self) {
         self.task.abort();
-        write(&self.path, &self.ledger, &self.command, self.started_at);
+        write(&self.path, &self.sources, &self.command, self.started_at);
     }
 }
 
-fn write(path: &Path, ledger: &PromptLedger, command: &str, started_at: i64) {
-    let sessions: BTreeMap<String, SessionUsage> = ledger.usage().into_iter().collect();
-    if sessions.is_empty() {
+fn write(path: &Path, sources: &Sources, command: &str, started_at: i64) {
+    let sessions: BTreeMap<String, SessionUsage> = sources.ledger.usage().into_iter().collect();
+    let days = sources.days.by_day();
+    if sessions.is_empty() && days.is_empty() {
         return;
     }
     let file = UsageFile {
@@ -87,6 +110,7 @@ fn write(path: &Path, ledger: &PromptLedger, command: &str, started_at: i64) {
         started_at,
         updated_at: now_ms(),
         sessions,
+        days,
     };
     let bytes = serde_json::to_vec(&file).unwrap_or_default();
     if let Err(e) = claude_host_upstream::private_files::write_atomic(path, &bytes) {
@@ -121,24 +145,42 @@ pub(crate) struct SessionTotals {
     pub last_at: i64,
 }
 
-/// Every recorded session, most recent first.
-pub(crate) fn totals(home: &Path) -> Vec<SessionTotals> {
-    let mut by_session: BTreeMap<String, SessionTotals> = BTreeMap::new();
+/// Every usage file that reads.
+fn files(home: &Path) -> Vec<UsageFile> {
     let Ok(entries) = std::fs::read_dir(usage_dir(home)) else {
         return Vec::new();
     };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+        .filter_map(|path| {
+            let file = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<UsageFile>(&b).ok());
+            if file.is_none() {
+                tracing::debug!(path = %path.display(), "skipping an unreadable usage file");
+            }
+            file
+        })
+        .collect()
+}
+
+/// The model calls of UTC day `day` (`YYYY-MM-DD`), summed over every process.
+pub(crate) fn day(home: &Path, day: &str) -> DayUsage {
+    let mut total = DayUsage::default();
+    for file in files(home) {
+        if let Some(d) = file.days.get(day) {
+            total.add(d);
         }
-        let Some(file) = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<UsageFile>(&b).ok())
-        else {
-            tracing::debug!(path = %path.display(), "skipping an unreadable usage file");
-            continue;
-        };
+    }
+    total
+}
+
+/// Every recorded session, most recent first.
+pub(crate) fn totals(home: &Path) -> Vec<SessionTotals> {
+    let mut by_session: BTreeMap<String, SessionTotals> = BTreeMap::new();
+    for file in files(home) {
         for (session, u) in file.sessions {
             let t = by_session
                 .entry(session.clone())

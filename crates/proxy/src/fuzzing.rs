@@ -121,6 +121,7 @@ pub fn exchange(
             tracker: tokio_util::task::TaskTracker::new(),
             cancel: tokio_util::sync::CancellationToken::new(),
         },
+        telemetry: crate::telemetry::Telemetry::new(None),
     });
     let (parts, body) = request.into_parts();
     let request = http::Request::from_parts(parts, Full::new(body));

@@ -13,9 +13,11 @@ pub mod fuzzing;
 mod initiator;
 mod relay;
 mod routes;
+pub mod telemetry;
 
 pub use auth::Nonce;
 pub use initiator::{PromptLedger, PromptSource, SessionUsage};
+pub use telemetry::DayUsage;
 
 use claude_host_protocol::betas::DEFAULT_BETA_FAMILIES;
 use claude_host_upstream::Upstream;
@@ -51,6 +53,9 @@ pub struct ProxyConfig {
     pub body_timeout: Duration,
     /// Most connections open at once; more are closed as they arrive.
     pub max_connections: usize,
+    /// Where the proxy's counters go (requests, premium requests, tokens, errors); `None`:
+    /// only the per-day counts of [`ProxyHandle::usage_by_day`] are kept.
+    pub meter: Option<opentelemetry::metrics::Meter>,
 }
 
 impl Default for ProxyConfig {
@@ -68,6 +73,7 @@ impl Default for ProxyConfig {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            meter: None,
         }
     }
 }
@@ -97,6 +103,7 @@ pub(crate) struct State {
     /// When Copilot last said premium requests are used up.
     quota_exhausted_at: std::sync::Mutex<Option<std::time::Instant>>,
     pub(crate) background: Background,
+    pub(crate) telemetry: telemetry::Telemetry,
 }
 
 /// Where work that outlives a request runs: tracked, and stopped at shutdown.
@@ -134,6 +141,28 @@ impl State {
     }
 }
 
+/// A view of a proxy's model calls per UTC day; cheap to clone.
+#[derive(Clone)]
+pub struct UsageView(Arc<State>);
+
+impl std::fmt::Debug for UsageView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UsageView").finish_non_exhaustive()
+    }
+}
+
+impl UsageView {
+    /// The counts per UTC day (`YYYY-MM-DD`), the last 31 days.
+    pub fn by_day(&self) -> std::collections::BTreeMap<String, DayUsage> {
+        self.0.telemetry.days()
+    }
+
+    /// Changes each time a model call ends.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.telemetry.changes()
+    }
+}
+
 /// Counts a messages request as in flight for as long as it lives. When the last one ends,
 /// freed memory goes back to the OS: glibc keeps it otherwise, and the process would stay at
 /// its peak size after a burst of streams.
@@ -145,6 +174,10 @@ impl ActiveRequest {
             .active
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         ActiveRequest(state.clone())
+    }
+
+    pub(crate) fn telemetry(&self) -> &telemetry::Telemetry {
+        &self.0.telemetry
     }
 }
 
@@ -236,6 +269,11 @@ impl ProxyHandle {
         self.state.active.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// This proxy's model calls, counted per UTC day.
+    pub fn usage(&self) -> UsageView {
+        UsageView(self.state.clone())
+    }
+
     /// How this proxy learns which requests a human started, per session (see
     /// [`PromptLedger`]).
     pub fn prompt_ledger(&self) -> PromptLedger {
@@ -271,8 +309,10 @@ pub async fn start(
     let allowed_hosts = auth::allowed_hosts(config.listen, addr);
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
+    let telemetry = telemetry::Telemetry::new(config.meter.as_ref());
     let state = Arc::new(State {
         config,
+        telemetry,
         nonce: Nonce::generate(),
         allowed_hosts,
         active: std::sync::atomic::AtomicUsize::new(0),

@@ -44,6 +44,8 @@ pub(crate) struct RequestLog {
     ttfb: Option<Duration>,
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
+    /// The Anthropic error type the request failed with, when its status does not say it.
+    error: Option<String>,
     done: bool,
 }
 
@@ -66,6 +68,7 @@ impl RequestLog {
             ttfb: None,
             input_tokens: None,
             output_tokens: None,
+            error: None,
             done: false,
         }
     }
@@ -99,11 +102,28 @@ impl RequestLog {
         }
     }
 
+    /// The request failed with this Anthropic error type (counted when it finishes).
+    pub(crate) fn set_error(&mut self, kind: &str) {
+        kind.clone_into(self.error.get_or_insert_with(String::new));
+    }
+
     pub(crate) fn finish(&mut self, status: u16, outcome: &str) {
         if self.done {
             return;
         }
         self.done = true;
+        let error = self.error.take().or_else(|| {
+            (status >= 400).then(|| ErrorEnvelope::from_upstream_body(status, b"").error.kind)
+        });
+        self._active.telemetry().record(&crate::telemetry::Ended {
+            model: &self.model,
+            premium: self.billing.initiator == Initiator::User,
+            kind: &self.billing.kind.to_string(),
+            status,
+            error: error.as_deref(),
+            input_tokens: self.input_tokens.unwrap_or(0),
+            output_tokens: self.output_tokens.unwrap_or(0),
+        });
         self.mark_first_byte();
         let ttfb_ms = self.ttfb.map_or(0.0, |d| d.as_secs_f64() * 1000.0);
         tracing::info!(
@@ -204,6 +224,7 @@ impl Relay {
                 tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut self.upstream))
                     .await;
             let fail = |relay: &mut Relay, status: u16, env: ErrorEnvelope| {
+                relay.log.set_error(&env.error.kind);
                 relay.log.finish(status, &env.error.message);
                 RelayStart::Error {
                     status,
@@ -397,7 +418,10 @@ impl Relay {
             }
             if self.finished {
                 let outcome = match (&self.first_error, self.saw_stop) {
-                    (Some(e), _) => format!("stream error: {}", e.error.message),
+                    (Some(e), _) => {
+                        self.log.set_error(&e.error.kind);
+                        format!("stream error: {}", e.error.message)
+                    }
                     (None, true) => "ok".to_owned(),
                     (None, false) => "ended".to_owned(),
                 };

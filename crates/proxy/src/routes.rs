@@ -335,6 +335,7 @@ async fn messages<B: RequestBody>(
                 (status, env)
             }
         };
+        log.set_error(&env.error.kind);
         log.finish(
             status,
             &format!("upstream {}: {}", env.error.kind, env.error.message),

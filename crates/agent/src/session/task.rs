@@ -324,6 +324,8 @@ pub(crate) struct SessionSpec {
     /// Where the session's transcript is mirrored, and the host's name, when the host keeps
     /// sessions in a shared store.
     pub durable: Option<SessionDurable>,
+    /// Where CLI starts, crashes and idle stops are counted.
+    pub meters: Option<crate::meters::CliMeters>,
     /// Called with the session's instance number as its task ends (removes it from the
     /// registry).
     pub on_exit: Box<dyn FnOnce(u64) + Send + Sync>,
@@ -596,6 +598,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         writer: None,
         saved: 0,
         idle_eviction: spec.idle_eviction,
+        meters: spec.meters,
         idle_since: None,
         closing: false,
         close_waiters: Vec::new(),
@@ -807,6 +810,7 @@ struct Task {
     running_tasks: std::collections::HashSet<String>,
     /// The CLI was stopped for being idle (opening the session starts it again).
     evicted: bool,
+    meters: Option<crate::meters::CliMeters>,
     /// When a client last showed a prompt being typed, and when the live CLI was last told.
     draft_typed_at: Option<Instant>,
     draft_told_at: Option<Instant>,

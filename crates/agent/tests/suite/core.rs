@@ -628,8 +628,12 @@ async fn an_idle_cli_stops_and_comes_back_resumed_never_while_anything_waits() {
         ),
         times: Some(1),
     });
+    let meter = TestMeter::new();
     let agent = e
-        .agent_with(None, |c| c.cli_idle = Some(Duration::from_millis(300)))
+        .agent_with(None, |c| {
+            c.cli_idle = Some(Duration::from_millis(300));
+            c.meter = Some(meter.meter());
+        })
         .await;
     let s = agent.create_session(Default::default()).await.unwrap();
     s.send("remember the word heliotrope").await.unwrap();
@@ -675,6 +679,25 @@ async fn an_idle_cli_stops_and_comes_back_resumed_never_while_anything_waits() {
         last.contains("heliotrope"),
         "resumed with the history: {last}"
     );
+    // Counted for the host's metrics: three starts, two idle stops, no crash; then a crash.
+    assert_eq!(meter.total("claude_host.cli.starts"), 3);
+    assert_eq!(meter.total("claude_host.cli.evictions"), 2);
+    assert_eq!(meter.total("claude_host.cli.crashes"), 0);
+    let pgid = s.cli_pgid().await.unwrap();
+    #[allow(unsafe_code)]
+    // SAFETY: killing the CLI's own process group, as a crash would.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+    let deadline = std::time::Instant::now() + WAIT;
+    while meter.total("claude_host.cli.crashes") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the crash was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(meter.total("claude_host.cli.crashes"), 1);
 }
 
 /// A CLI that logs every line it reads to `<script>.log`, answers control requests, and ends

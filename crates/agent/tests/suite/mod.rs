@@ -130,6 +130,47 @@ pub(crate) fn turn_markdown(turn: &serde_json::Value) -> String {
         .collect()
 }
 
+/// A meter whose counters a test reads back (through the SDK's in-memory exporter).
+pub(crate) struct TestMeter {
+    provider: opentelemetry_sdk::metrics::SdkMeterProvider,
+    exporter: opentelemetry_sdk::metrics::InMemoryMetricExporter,
+}
+
+impl TestMeter {
+    pub(crate) fn new() -> TestMeter {
+        let exporter = opentelemetry_sdk::metrics::InMemoryMetricExporter::default();
+        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+            .with_reader(
+                opentelemetry_sdk::metrics::PeriodicReader::builder(exporter.clone()).build(),
+            )
+            .build();
+        TestMeter { provider, exporter }
+    }
+
+    pub(crate) fn meter(&self) -> opentelemetry::metrics::Meter {
+        opentelemetry::metrics::MeterProvider::meter(&self.provider, "test")
+    }
+
+    /// The running total of counter `name` (0 before anything counted).
+    pub(crate) fn total(&self, name: &str) -> u64 {
+        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+        self.provider.force_flush().unwrap();
+        let exports = self.exporter.get_finished_metrics().unwrap();
+        // Cumulative: the newest export that has the counter holds its total.
+        exports
+            .iter()
+            .rev()
+            .flat_map(|r| r.scope_metrics().flat_map(|s| s.metrics()))
+            .find(|m| m.name() == name)
+            .map_or(0, |m| match m.data() {
+                AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                    sum.data_points().map(|p| p.value()).sum()
+                }
+                other => panic!("{name} is not a u64 counter: {other:?}"),
+            })
+    }
+}
+
 pub(crate) struct Actions {
     sub: claude_host_agent::SessionSubscription,
     chat: String,

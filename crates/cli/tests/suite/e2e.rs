@@ -149,13 +149,15 @@ async fn resume_sends_the_history() {
 }
 
 /// Starts `claude-host proxy --json` and returns the child and its announced settings.
-fn start_proxy(h: &Host, extra: &[&str]) -> (std::process::Child, Value) {
+fn start_proxy(h: &Host) -> (std::process::Child, Value) {
     let mut c = h.cmd();
-    c.arg("proxy")
-        .arg("--json")
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    c.stderr(Stdio::inherit());
+    spawn_proxy(c)
+}
+
+/// Starts `c` with `proxy --json` and returns the child and its announced settings.
+fn spawn_proxy(mut c: Command) -> (std::process::Child, Value) {
+    c.arg("proxy").arg("--json").stdout(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
@@ -195,7 +197,7 @@ async fn the_bare_proxy_serves_the_users_own_claude() {
     let h = Host::new().await;
     h.fake
         .push(rule(Match::Always, Reply::text("proxied answer")));
-    let (proxy, info) = start_proxy(&h, &[]);
+    let (proxy, info) = start_proxy(&h);
     assert!(
         info["base_url"]
             .as_str()
@@ -224,7 +226,7 @@ async fn killing_the_cli_mid_stream_cancels_the_upstream_request() {
     let h = Host::new().await;
     let (reply, _gate) = Reply::gated("this answer never ends", 3);
     h.fake.push(rule(Match::Always, reply));
-    let (proxy, info) = start_proxy(&h, &[]);
+    let (proxy, info) = start_proxy(&h);
     let mut cli = cli_through(&h, &info, &["-p", "stream forever"])
         .stdout(Stdio::null())
         .spawn()
@@ -1012,15 +1014,8 @@ async fn sessions_claude_host_drives_have_no_web_search_behind_copilot() {
 async fn client_supplied_values_cannot_forge_log_lines() {
     let h = Host::new().await;
     let mut c = h.cmd();
-    c.args(["proxy", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let info: Value = serde_json::from_str(&line).unwrap();
+    c.stderr(Stdio::piped());
+    let (mut child, info) = spawn_proxy(c);
     let nonce = info["auth_token"]
         .as_str()
         .unwrap()
@@ -1424,4 +1419,151 @@ async fn a_host_killed_with_sigkill_leaves_no_tool_process_running() {
         || !alive(sleeper) && cli_pids.iter().all(|p| !alive(*p)),
     )
     .await;
+}
+
+/// A stand-in OTLP/HTTP collector on loopback: it answers 200 to every request and keeps
+/// each one's path, content type and body.
+struct Collector {
+    url: String,
+    got: std::sync::Arc<std::sync::Mutex<Vec<Exported>>>,
+}
+
+/// A request the collector received: path, content type and body.
+type Exported = (String, String, Vec<u8>);
+
+impl Collector {
+    async fn start() -> Collector {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = got.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let keep = keep.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 8192];
+                    loop {
+                        // One request: its head, then Content-Length bytes of body.
+                        let head_end = loop {
+                            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            match sock.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                        let header = |name: &str| {
+                            head.lines()
+                                .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                                .map(|v| v.trim().to_owned())
+                                .unwrap_or_default()
+                        };
+                        let len: usize = header("content-length").parse().unwrap_or(0);
+                        while buf.len() < head_end + len {
+                            match sock.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                        let body = buf[head_end..head_end + len].to_vec();
+                        keep.lock()
+                            .unwrap()
+                            .push((path, header("content-type"), body));
+                        buf.drain(..head_end + len);
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        if sock.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Collector { url, got }
+    }
+
+    /// Whether an export to `/v1/metrics` has carried every one of `names`.
+    fn has_metrics(&self, names: &[&str]) -> bool {
+        let got = self.got.lock().unwrap();
+        names.iter().all(|n| {
+            got.iter().any(|(path, ctype, body)| {
+                path == "/v1/metrics"
+                    && ctype == "application/x-protobuf"
+                    && body.windows(n.len()).any(|w| w == n.as_bytes())
+            })
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_calls_are_exported_over_otlp_and_status_shows_todays_usage() {
+    let h = Host::new().await;
+    h.fake.push(rule(
+        Match::LastUserContains("limit me".into()),
+        Reply::error_before_stream(429, "rate_limit_error", "slow down"),
+    ));
+    let collector = Collector::start().await;
+    let mut c = h.cmd();
+    c.env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url)
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .stderr(Stdio::inherit());
+    let (child, info) = spawn_proxy(c);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for (prompt, status) in [("hello", 200), ("limit me", 429)] {
+        let resp = http
+            .post(format!(
+                "{}/v1/messages",
+                info["base_url"].as_str().unwrap()
+            ))
+            .header(
+                "authorization",
+                format!("Bearer {}", info["auth_token"].as_str().unwrap()),
+            )
+            .json(&json!({"model": "claude-opus-5.5", "max_tokens": 50,
+                "messages": [{"role": "user", "content": prompt}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), status, "{prompt}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let wanted = [
+        "claude_host.proxy.requests",
+        "claude_host.proxy.premium_requests",
+        "claude_host.proxy.tokens",
+        "claude_host.proxy.errors",
+        "rate_limit_error",
+        "claude-host",
+    ];
+    while !collector.has_metrics(&wanted) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no OTLP export with the proxy's counters reached the collector"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(terminate(child).success());
+    let mut c = h.cmd();
+    c.args(["status", "--json"]);
+    let out = blocking(move || run(c)).await;
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let today = &report["today"];
+    assert_eq!(today["requests"], 2, "{report}");
+    assert_eq!(today["premium_requests"], 1, "the failed one is not billed");
+    assert_eq!(today["agent_requests"], 0);
+    assert!(today["input_tokens"].as_u64().unwrap() > 0, "{today}");
+    assert!(today["output_tokens"].as_u64().unwrap() > 0, "{today}");
+    assert_eq!(today["errors"], json!({"rate_limit_error": 1}));
+    let mut c = h.cmd();
+    c.arg("status");
+    let text = String::from_utf8(blocking(move || run(c)).await.stdout).unwrap();
+    assert!(
+        text.contains("2 model calls, 1 premium (by you) and 0 by the agent")
+            && text.contains("errors: 1 rate_limit_error"),
+        "{text}"
+    );
 }

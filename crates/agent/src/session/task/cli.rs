@@ -124,6 +124,9 @@ impl Task {
             return;
         }
         tracing::info!(session = %self.id, error = %error, "the CLI exited");
+        if let Some(m) = &self.meters {
+            m.crashed();
+        }
         self.cli = Cli::None;
         self.settling = None;
         self.refuse_waiting();
@@ -153,6 +156,9 @@ impl Task {
     pub(super) fn start_cli(&mut self) {
         self.generation += 1;
         self.materializations += 1;
+        if let Some(m) = &self.meters {
+            m.started();
+        }
         self.restart_needed = false;
         let generation = self.generation;
         let mut opts = self.opts.clone();

@@ -82,6 +82,9 @@ impl Task {
         if due && self.cli_idle() {
             tracing::info!(session = %self.id, "stopping an idle Claude Code process; it resumes when needed");
             self.stop_cli().await;
+            if let Some(m) = &self.meters {
+                m.evicted();
+            }
             self.cli_idle_since = None;
             self.running_tasks.clear();
             self.evicted = true;
