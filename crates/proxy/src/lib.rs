@@ -95,6 +95,8 @@ pub(crate) struct State {
     pub(crate) config: ProxyConfig,
     /// Messages requests in flight.
     active: std::sync::atomic::AtomicUsize,
+    /// Client connections open.
+    connections: std::sync::atomic::AtomicUsize,
     trim_scheduled: std::sync::atomic::AtomicBool,
     pub(crate) nonce: Nonce,
     pub(crate) allowed_hosts: Vec<String>,
@@ -184,23 +186,54 @@ impl ActiveRequest {
 impl Drop for ActiveRequest {
     fn drop(&mut self) {
         use std::sync::atomic::Ordering::SeqCst;
-        if self.0.active.fetch_sub(1, SeqCst) != 1 || self.0.trim_scheduled.swap(true, SeqCst) {
-            return;
+        if self.0.active.fetch_sub(1, SeqCst) == 1 {
+            schedule_trim(&self.0);
         }
-        // Trim once the proxy has stayed idle for a moment (connections closing after a burst
-        // free more memory), not after every request of a busy sequence.
-        let state = self.0.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                state.trim_scheduled.store(false, SeqCst);
-                if state.active.load(SeqCst) == 0 {
-                    release_free_memory();
-                }
-            });
-        } else {
-            self.0.trim_scheduled.store(false, SeqCst);
+    }
+}
+
+/// Counts an open client connection for as long as it lives (see [`schedule_trim`]).
+struct OpenConnection(Arc<State>);
+
+impl OpenConnection {
+    fn new(state: &Arc<State>) -> Self {
+        state
+            .connections
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        OpenConnection(state.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.0.connections.fetch_sub(1, SeqCst) == 1 {
+            schedule_trim(&self.0);
         }
+    }
+}
+
+/// Gives freed memory back to the OS once the proxy has stayed idle for a moment: no request
+/// in flight and, checked again then, none started. The last request's end and the last
+/// connection's close (idle keep-alive connections close up to a timeout later, and free
+/// their buffers then) each schedule one; glibc would otherwise keep the process at its peak
+/// size after a burst.
+fn schedule_trim(state: &Arc<State>) {
+    use std::sync::atomic::Ordering::SeqCst;
+    if state.trim_scheduled.swap(true, SeqCst) {
+        return;
+    }
+    let state = state.clone();
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            state.trim_scheduled.store(false, SeqCst);
+            if state.active.load(SeqCst) == 0 {
+                release_free_memory();
+            }
+        });
+    } else {
+        state.trim_scheduled.store(false, SeqCst);
     }
 }
 
@@ -316,6 +349,7 @@ pub async fn start(
         nonce: Nonce::generate(),
         allowed_hosts,
         active: std::sync::atomic::AtomicUsize::new(0),
+        connections: std::sync::atomic::AtomicUsize::new(0),
         trim_scheduled: std::sync::atomic::AtomicBool::new(false),
         upstream: RwLock::new(upstream),
         ledger: Arc::new(initiator::Ledger::new()),
@@ -351,6 +385,9 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     // A real backlog: bursts of simultaneous connects must not fall into SYN retries.
     socket.listen(1024)
 }
+
+/// See the HTTP/1 builder in [`accept_loop`]; hyper's floor is 8 KiB.
+const CONNECTION_BUFFER: usize = 16 * 1024;
 
 async fn accept_loop(
     listener: TcpListener,
@@ -388,8 +425,10 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let cancel = cancel.clone();
+        let open = OpenConnection::new(&state);
         tracker.spawn(async move {
             let _slot = slot;
+            let _open = open;
             let header_timeout = state.config.header_timeout;
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
@@ -397,6 +436,11 @@ async fn accept_loop(
             });
             let conn = http1::Builder::new()
                 .keep_alive(true)
+                // What a connection may hold: a request head, and response bytes the client
+                // has not taken yet. Past it the relay stops reading the upstream (its socket
+                // holds the rest), so a slow client costs ~16 KiB, not hyper's default
+                // 400 KiB or 16 queued frames of up to 16 KiB each.
+                .max_buf_size(CONNECTION_BUFFER)
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service);
