@@ -118,17 +118,19 @@ pub fn tree(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Whether a session event is a `chat/delta`.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn is_delta(e: &claude_host_agent::SessionEvent) -> bool {
+    matches!(e, claude_host_agent::SessionEvent::Action(p)
+        if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
+}
+
 /// Sends `ping` to `s` and times it to the first `chat/delta` it publishes.
 #[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
 pub async fn first_delta(
     s: &claude_host_agent::SessionHandle,
 ) -> anyhow::Result<std::time::Duration> {
-    use claude_host_agent::SessionEvent;
     let (_, mut rx) = s.subscribe().await?;
-    let is_delta = |e: &SessionEvent| {
-        matches!(e, SessionEvent::Action(p)
-            if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
-    };
     let t = std::time::Instant::now();
     let send = s.send("ping");
     tokio::pin!(send);

@@ -190,13 +190,15 @@ async fn worker(
                     let (_, mut rx) = s.subscribe().await?;
                     let send = s.send("a long story");
                     tokio::pin!(send);
+                    let mut aborted = false;
                     loop {
                         tokio::select! {
                             r = &mut send => { r?; break; }
                             e = rx.recv() => {
-                                anyhow::ensure!(e.is_some(), "the session ended");
-                                if is_delta(e.as_ref()) {
+                                let e = e.ok_or_else(|| anyhow::anyhow!("the session ended"))?;
+                                if !aborted && common::is_delta(&e) {
                                     s.abort().await?;
+                                    aborted = true;
                                 }
                             }
                         }
@@ -216,11 +218,6 @@ async fn worker(
         }
     }
     Ok(())
-}
-
-fn is_delta(e: Option<&claude_host_agent::SessionEvent>) -> bool {
-    matches!(e, Some(claude_host_agent::SessionEvent::Action(p))
-        if matches!(p.action(), ahp_types::actions::StateAction::ChatDelta(_)))
 }
 
 /// Text for most prompts, a `Read` of `readable` for "read", and a stream that stops after

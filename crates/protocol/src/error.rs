@@ -55,6 +55,20 @@ impl ErrorKind {
             ErrorKind::Overloaded => 529,
         }
     }
+
+    /// The error type that fits an HTTP status whose body does not say one.
+    pub fn for_status(status: u16) -> ErrorKind {
+        match status {
+            400 => ErrorKind::InvalidRequest,
+            401 => ErrorKind::Authentication,
+            403 => ErrorKind::Permission,
+            404 => ErrorKind::NotFound,
+            413 => ErrorKind::RequestTooLarge,
+            429 => ErrorKind::RateLimit,
+            529 => ErrorKind::Overloaded,
+            _ => ErrorKind::Api,
+        }
+    }
 }
 
 /// The HTTP status for an `error.type` string found in an upstream envelope (used when an
@@ -134,16 +148,7 @@ impl ErrorEnvelope {
         if let Some(env) = Self::parse(body) {
             return env;
         }
-        let kind = match status {
-            400 => ErrorKind::InvalidRequest,
-            401 => ErrorKind::Authentication,
-            403 => ErrorKind::Permission,
-            404 => ErrorKind::NotFound,
-            413 => ErrorKind::RequestTooLarge,
-            429 => ErrorKind::RateLimit,
-            529 => ErrorKind::Overloaded,
-            _ => ErrorKind::Api,
-        };
+        let kind = ErrorKind::for_status(status);
         let text = String::from_utf8_lossy(body);
         let text = text.trim();
         // GitHub-style `{"message": "..."}` and OpenAI-style `{"error": {"message": ...}}` bodies.

@@ -113,7 +113,6 @@ pub fn exchange(
         config,
         nonce: auth::Nonce(NONCE.to_owned()),
         active: std::sync::atomic::AtomicUsize::new(0),
-        connections: std::sync::atomic::AtomicUsize::new(0),
         trim_scheduled: std::sync::atomic::AtomicBool::new(false),
         upstream: RwLock::new(upstream.clone()),
         ledger: Arc::new(initiator::Ledger::new()),

@@ -54,7 +54,7 @@ pub struct ProxyConfig {
     /// Most connections open at once; more are closed as they arrive.
     pub max_connections: usize,
     /// Where the proxy's counters go (requests, premium requests, tokens, errors); `None`:
-    /// only the per-day counts of [`ProxyHandle::usage_by_day`] are kept.
+    /// only the per-day counts of [`ProxyHandle::usage`] are kept.
     pub meter: Option<opentelemetry::metrics::Meter>,
 }
 
@@ -95,8 +95,6 @@ pub(crate) struct State {
     pub(crate) config: ProxyConfig,
     /// Messages requests in flight.
     active: std::sync::atomic::AtomicUsize,
-    /// Client connections open.
-    connections: std::sync::atomic::AtomicUsize,
     trim_scheduled: std::sync::atomic::AtomicBool,
     pub(crate) nonce: Nonce,
     pub(crate) allowed_hosts: Vec<String>,
@@ -192,32 +190,11 @@ impl Drop for ActiveRequest {
     }
 }
 
-/// Counts an open client connection for as long as it lives (see [`schedule_trim`]).
-struct OpenConnection(Arc<State>);
-
-impl OpenConnection {
-    fn new(state: &Arc<State>) -> Self {
-        state
-            .connections
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        OpenConnection(state.clone())
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.0.connections.fetch_sub(1, SeqCst) == 1 {
-            schedule_trim(&self.0);
-        }
-    }
-}
-
 /// Gives freed memory back to the OS once the proxy has stayed idle for a moment: no request
 /// in flight and, checked again then, none started. The last request's end and the last
-/// connection's close (idle keep-alive connections close up to a timeout later, and free
-/// their buffers then) each schedule one; glibc would otherwise keep the process at its peak
-/// size after a burst.
+/// client connection's close (idle keep-alive connections close up to a timeout later, and
+/// free their buffers then, see [`accept_loop`]) each schedule one; glibc would otherwise keep
+/// the process at its peak size after a burst.
 fn schedule_trim(state: &Arc<State>) {
     use std::sync::atomic::Ordering::SeqCst;
     if state.trim_scheduled.swap(true, SeqCst) {
@@ -349,7 +326,6 @@ pub async fn start(
         nonce: Nonce::generate(),
         allowed_hosts,
         active: std::sync::atomic::AtomicUsize::new(0),
-        connections: std::sync::atomic::AtomicUsize::new(0),
         trim_scheduled: std::sync::atomic::AtomicBool::new(false),
         upstream: RwLock::new(upstream),
         ledger: Arc::new(initiator::Ledger::new()),
@@ -395,9 +371,8 @@ async fn accept_loop(
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        state.config.max_connections.max(1),
-    ));
+    let capacity = state.config.max_connections.max(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(capacity));
     let mut refused: u64 = 0;
     loop {
         let (stream, peer) = tokio::select! {
@@ -425,11 +400,10 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let cancel = cancel.clone();
-        let open = OpenConnection::new(&state);
+        let slots = slots.clone();
         tracker.spawn(async move {
-            let _slot = slot;
-            let _open = open;
             let header_timeout = state.config.header_timeout;
+            let idle_check = state.clone();
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
                 async move { Ok::<_, std::convert::Infallible>(routes::handle(req, state).await) }
@@ -453,6 +427,12 @@ async fn accept_loop(
                 // Dropping the connection drops every in-flight handler and body, which
                 // aborts their upstream requests.
                 () = cancel.cancelled() => {}
+            }
+            // The last connection to close: its buffers (and those of idle keep-alive ones
+            // that closed before it) are free now.
+            drop(slot);
+            if slots.available_permits() == capacity {
+                schedule_trim(&idle_check);
             }
         });
     }

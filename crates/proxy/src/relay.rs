@@ -104,7 +104,7 @@ impl RequestLog {
 
     /// The request failed with this Anthropic error type (counted when it finishes).
     pub(crate) fn set_error(&mut self, kind: &str) {
-        kind.clone_into(self.error.get_or_insert_with(String::new));
+        self.error = Some(kind.to_owned());
     }
 
     pub(crate) fn finish(&mut self, status: u16, outcome: &str) {
@@ -112,9 +112,10 @@ impl RequestLog {
             return;
         }
         self.done = true;
-        let error = self.error.take().or_else(|| {
-            (status >= 400).then(|| ErrorEnvelope::from_upstream_body(status, b"").error.kind)
-        });
+        let error = self
+            .error
+            .take()
+            .or_else(|| (status >= 400).then(|| ErrorKind::for_status(status).as_str().to_owned()));
         self._active.telemetry().record(&crate::telemetry::Ended {
             model: &self.model,
             premium: self.billing.initiator == Initiator::User,

@@ -30,3 +30,14 @@ pub fn git(dir: &std::path::Path, args: &[&str]) {
 pub fn tiny_mcp_server() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tiny-mcp.js")
 }
+
+/// The text of a chat turn (AHP `Turn` as JSON): its markdown response parts, joined.
+pub fn turn_markdown(turn: &serde_json::Value) -> String {
+    turn["responseParts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["kind"] == "markdown")
+        .filter_map(|p| p["content"].as_str())
+        .collect()
+}

@@ -689,14 +689,8 @@ async fn an_idle_cli_stops_and_comes_back_resumed_never_while_anything_waits() {
     unsafe {
         libc::kill(-pgid, libc::SIGKILL);
     }
-    let deadline = std::time::Instant::now() + WAIT;
-    while meter.total("claude_host.cli.crashes") == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the crash was not counted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Counted as the task learns of the exit, before its status shows no CLI.
+    assert!(s.wait_cli(false, WAIT).await, "the crash was noticed");
     assert_eq!(meter.total("claude_host.cli.crashes"), 1);
 }
 

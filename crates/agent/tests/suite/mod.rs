@@ -119,16 +119,7 @@ pub(crate) async fn turn_states(s: &SessionHandle) -> Vec<String> {
         .collect()
 }
 
-/// The markdown parts of a turn (as JSON), joined.
-pub(crate) fn turn_markdown(turn: &serde_json::Value) -> String {
-    turn["responseParts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["kind"] == "markdown")
-        .map(|p| p["content"].as_str().unwrap())
-        .collect()
-}
+pub(crate) use claude_host_testkit::turn_markdown;
 
 /// A meter whose counters a test reads back (through the SDK's in-memory exporter).
 pub(crate) struct TestMeter {

@@ -608,13 +608,7 @@ fn turn_text(chat: &Value) -> String {
     } else {
         chat["turns"].as_array().unwrap().last().unwrap()
     };
-    turn["responseParts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["kind"] == "markdown")
-        .map(|p| p["content"].as_str().unwrap())
-        .collect()
+    claude_host_testkit::turn_markdown(turn)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
