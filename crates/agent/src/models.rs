@@ -188,7 +188,7 @@ impl ModelAccess for ProxyModels {
 
     async fn catalog(&self) -> Result<Vec<CatalogModel>, AgentError> {
         let upstream = self.upstream().ok_or_else(auth_required)?;
-        Ok(upstream.catalog().await?.models)
+        Ok(upstream.catalog().await?.models.clone())
     }
 
     async fn authenticate(&self, resource: &str, token: &str) -> Result<bool, AgentError> {

@@ -55,8 +55,8 @@ impl Upstream for Scripted {
         "fuzz"
     }
 
-    async fn catalog(&self) -> Result<Catalog, UpstreamError> {
-        Ok(self.catalog.clone())
+    async fn catalog(&self) -> Result<std::sync::Arc<Catalog>, UpstreamError> {
+        Ok(std::sync::Arc::new(self.catalog.clone()))
     }
 
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {

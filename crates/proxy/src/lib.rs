@@ -404,9 +404,14 @@ async fn accept_loop(
         tracker.spawn(async move {
             let header_timeout = state.config.header_timeout;
             let idle_check = state.clone();
+            // Boxed: hyper keeps a slot the size of the handler's future for every connection,
+            // in use or not (3.7 KB each); a box costs that only while a request is handled.
             let service = hyper::service::service_fn(move |req| {
                 let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(routes::handle(req, state).await) }
+                let handled: futures::future::BoxFuture<'static, _> = Box::pin(async move {
+                    Ok::<_, std::convert::Infallible>(routes::handle(req, state).await)
+                });
+                handled
             });
             let conn = http1::Builder::new()
                 .keep_alive(true)

@@ -275,10 +275,19 @@ impl Relay {
         }
     }
 
-    /// Adds upstream bytes. They are copied (a few hundred bytes per event) rather than sliced:
-    /// a slice handed downstream would pin the upstream connection's whole 16 KiB read buffer
-    /// until the client reads it, which multiplied memory per stream (docs/BENCHMARKS.md).
+    /// Adds upstream bytes. A read that starts on an event boundary (the usual case) becomes the
+    /// buffer itself: the upstream client hands out each read in an allocation of its own size,
+    /// so the frames cut from it pin no more memory than they hold while they wait in the
+    /// client connection's queue. Appending it to a long-lived buffer instead made every queued
+    /// frame pin a buffer-sized allocation (docs/BENCHMARKS.md, "Memory at 512 streams").
     fn append(&mut self, chunk: Bytes) {
+        if self.buf.is_empty() {
+            match chunk.try_into_mut() {
+                Ok(owned) => self.buf = owned,
+                Err(shared) => self.buf = BytesMut::from(&shared[..]),
+            }
+            return;
+        }
         self.buf.extend_from_slice(&chunk);
     }
 

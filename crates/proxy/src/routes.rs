@@ -140,13 +140,25 @@ async fn read_body<B: RequestBody>(
         ));
     };
     match read {
-        Ok(b) => Ok(b.to_bytes()),
+        Ok(b) => Ok(unpinned(b.to_bytes())),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Err(e) => Err(error(
             StatusCode::BAD_REQUEST,
             ErrorKind::InvalidRequest,
             format!("Failed to read request body: {e}"),
         )),
+    }
+}
+
+/// A body that arrived in one read is a slice of the connection's read buffer, and would
+/// keep that whole buffer (8 KiB or more) alive for as long as the request is handled, so
+/// that the connection allocates another. A small body is copied out; a larger one arrived in
+/// several reads and was joined into an allocation of its own already.
+fn unpinned(body: Bytes) -> Bytes {
+    if body.len() <= 64 * 1024 {
+        Bytes::copy_from_slice(&body)
+    } else {
+        body
     }
 }
 
@@ -513,11 +525,11 @@ async fn models(state: Arc<State>) -> Response<Body> {
     let page = ModelsPage::new(
         catalog
             .models
-            .into_iter()
+            .iter()
             .map(|m| AnthropicModel {
-                id: m.sdk_id,
+                id: m.sdk_id.clone(),
                 kind: "model".to_owned(),
-                display_name: m.display_name,
+                display_name: m.display_name.clone(),
                 created_at: "1970-01-01T00:00:00Z".to_owned(),
                 max_input_tokens: m.max_prompt_tokens,
                 max_tokens: m.max_output_tokens,

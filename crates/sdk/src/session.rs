@@ -344,7 +344,8 @@ impl ClaudeSession {
                     }
                 }
                 Some(Err(e @ SessionError::Exited { .. })) => return Err(e),
-                Some(Err(e)) => tracing::warn!(error = %e, "skipping a bad frame"),
+                // The reader has logged it (with a bound on how often).
+                Some(Err(e)) => tracing::debug!(error = %e, "skipping a bad frame"),
                 None => return Err(self.ended_error()),
             }
         }
@@ -666,6 +667,12 @@ impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
     }
 }
 
+/// Whether the `n`th bad frame from one CLI gets a log line: the first ten, then every power
+/// of ten.
+fn worth_logging(n: u64) -> bool {
+    n <= 10 || (n.ilog10() > 0 && n == 10u64.pow(n.ilog10()))
+}
+
 async fn read_loop(
     mut reader: LineReader,
     shared: Arc<Shared>,
@@ -674,11 +681,17 @@ async fn read_loop(
     child: Arc<tokio::sync::Mutex<ChildGuard>>,
     limit: usize,
 ) {
+    // A CLI gone wrong can write garbage without end; the log gets the first few and then a
+    // running count, not a line per frame.
+    let mut bad_frames: u64 = 0;
     loop {
         let line = match reader.next().await {
             Ok(Some(Line::Text(l))) => l,
             Ok(Some(Line::TooLong)) => {
-                tracing::warn!(limit, "dropping an oversize frame from the CLI");
+                bad_frames += 1;
+                if worth_logging(bad_frames) {
+                    tracing::warn!(limit, bad_frames, "dropping an oversize frame from the CLI");
+                }
                 let _ = tx.send(Err(SessionError::OversizeFrame { limit }));
                 continue;
             }
@@ -695,7 +708,10 @@ async fn read_loop(
             Ok(f) => f,
             Err(e) => {
                 let preview: String = line.chars().take(80).collect();
-                tracing::warn!(error = %e, %preview, "bad frame from the CLI");
+                bad_frames += 1;
+                if worth_logging(bad_frames) {
+                    tracing::warn!(error = %e, %preview, bad_frames, "bad frame from the CLI");
+                }
                 let _ = tx.send(Err(SessionError::BadFrame {
                     error: e.to_string(),
                     preview,
@@ -936,5 +952,19 @@ pub mod fuzzing {
         RUNTIME
             .with(|rt| rt.as_ref().map(|rt| rt.block_on(read)))
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worth_logging;
+
+    #[test]
+    fn bad_frames_are_logged_ten_times_then_at_powers_of_ten() {
+        let logged: Vec<u64> = (1..=100_000).filter(|&n| worth_logging(n)).collect();
+        assert_eq!(
+            logged,
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 100, 1_000, 10_000, 100_000]
+        );
     }
 }

@@ -7,6 +7,12 @@ use crate::{
 };
 use async_trait::async_trait;
 use serde::Deserialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the model list is kept: every request resolves its model against it, and asking
+/// Anthropic each time put a whole extra round trip in front of every model call.
+const CATALOG_TTL: Duration = Duration::from_secs(600);
 
 /// The default Anthropic API base.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -18,6 +24,7 @@ pub struct AnthropicUpstream {
     stream: StreamClient,
     base_url: String,
     api_key: String,
+    catalog: Arc<crate::TtlSlot<Arc<Catalog>>>,
 }
 
 impl std::fmt::Debug for AnthropicUpstream {
@@ -36,6 +43,7 @@ impl AnthropicUpstream {
             http,
             base_url: trim_base(base_url),
             api_key,
+            catalog: Arc::default(),
         }
     }
 
@@ -45,15 +53,9 @@ impl AnthropicUpstream {
         v.set_sensitive(true);
         v
     }
-}
 
-#[async_trait]
-impl Upstream for AnthropicUpstream {
-    fn name(&self) -> &'static str {
-        "anthropic"
-    }
-
-    async fn catalog(&self) -> Result<Catalog, UpstreamError> {
+    /// Asks Anthropic for its models.
+    async fn fetch_catalog(&self) -> Result<Catalog, UpstreamError> {
         let resp = self
             .http
             .get(format!("{}/v1/models?limit=1000", self.base_url))
@@ -113,6 +115,25 @@ impl Upstream for AnthropicUpstream {
             strict: false,
         })
     }
+}
+
+#[async_trait]
+impl Upstream for AnthropicUpstream {
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    async fn catalog(&self) -> Result<Arc<Catalog>, UpstreamError> {
+        let mut cache = self.catalog.lock().await;
+        if let Some((at, catalog)) = &*cache
+            && at.elapsed() < CATALOG_TTL
+        {
+            return Ok(catalog.clone());
+        }
+        let catalog = Arc::new(self.fetch_catalog().await?);
+        *cache = Some((Instant::now(), catalog.clone()));
+        Ok(catalog)
+    }
 
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {
         let mut headers = vec![
@@ -135,7 +156,7 @@ impl Upstream for AnthropicUpstream {
             .stream
             .post(
                 &format!("{}/v1/messages", self.base_url),
-                header_map(&headers),
+                header_map(headers),
                 call.body.clone(),
             )
             .await?;

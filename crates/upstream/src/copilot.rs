@@ -161,7 +161,9 @@ struct Inner {
     options: CopilotOptions,
     clock: Arc<dyn Clock>,
     tokens: Mutex<TokenState>,
-    catalog: tokio::sync::Mutex<Option<(Instant, Arc<Vec<CopilotModel>>)>>,
+    /// The fetched catalog with its Claude part, kept for the configured TTL. The Claude part
+    /// is built once per fetch and shared: every request resolves its model against it.
+    catalog: crate::TtlSlot<(Arc<Vec<CopilotModel>>, Arc<Catalog>)>,
 }
 
 /// The Copilot upstream. Cheap to clone.
@@ -279,15 +281,22 @@ impl CopilotUpstream {
 
     /// The full Copilot catalog (all vendors), cached for the configured TTL.
     pub async fn raw_catalog(&self) -> Result<Arc<Vec<CopilotModel>>, UpstreamError> {
+        Ok(self.cached_catalog().await?.0)
+    }
+
+    async fn cached_catalog(
+        &self,
+    ) -> Result<(Arc<Vec<CopilotModel>>, Arc<Catalog>), UpstreamError> {
         let mut cache = self.inner.catalog.lock().await;
-        if let Some((at, models)) = &*cache
+        if let Some((at, both)) = &*cache
             && at.elapsed() < self.inner.options.catalog_ttl
         {
-            return Ok(models.clone());
+            return Ok(both.clone());
         }
-        let models = Arc::new(self.fetch_catalog(true).await?);
-        *cache = Some((Instant::now(), models.clone()));
-        Ok(models)
+        let raw = Arc::new(self.fetch_catalog(true).await?);
+        let claude = Arc::new(claude_catalog(&raw));
+        *cache = Some((Instant::now(), (raw.clone(), claude.clone())));
+        Ok((raw, claude))
     }
 
     async fn fetch_catalog(&self, retry_on_401: bool) -> Result<Vec<CopilotModel>, UpstreamError> {
@@ -446,10 +455,35 @@ impl CopilotUpstream {
             .stream
             .post(
                 &format!("{}/v1/messages", self.api_base(tok)),
-                header_map(&headers),
+                header_map(headers),
                 call.body.clone(),
             )
             .await
+    }
+}
+
+/// The Claude models of a Copilot catalog, in the form requests are resolved against.
+fn claude_catalog(raw: &[CopilotModel]) -> Catalog {
+    let models = claude_models(raw)
+        .into_iter()
+        .map(|m| CatalogModel {
+            sdk_id: m.sdk_id(),
+            display_name: m.name.clone().unwrap_or_else(|| m.id.clone()),
+            effort_levels: m.effort_levels(),
+            is_default: m.is_chat_default,
+            max_prompt_tokens: m.limit("max_prompt_tokens"),
+            max_output_tokens: m.limit("max_output_tokens"),
+            max_context_window: m.limit("max_context_window_tokens"),
+            supports_vision: m.supports("vision"),
+            adaptive_thinking: m.supports("adaptive_thinking"),
+            thinking_budget: m.thinking_budget(),
+            premium: m.is_premium(),
+            upstream_id: m.id,
+        })
+        .collect();
+    Catalog {
+        models,
+        strict: true,
     }
 }
 
@@ -469,29 +503,8 @@ impl Upstream for CopilotUpstream {
         "copilot"
     }
 
-    async fn catalog(&self) -> Result<Catalog, UpstreamError> {
-        let raw = self.raw_catalog().await?;
-        let models = claude_models(&raw)
-            .into_iter()
-            .map(|m| CatalogModel {
-                sdk_id: m.sdk_id(),
-                display_name: m.name.clone().unwrap_or_else(|| m.id.clone()),
-                effort_levels: m.effort_levels(),
-                is_default: m.is_chat_default,
-                max_prompt_tokens: m.limit("max_prompt_tokens"),
-                max_output_tokens: m.limit("max_output_tokens"),
-                max_context_window: m.limit("max_context_window_tokens"),
-                supports_vision: m.supports("vision"),
-                adaptive_thinking: m.supports("adaptive_thinking"),
-                thinking_budget: m.thinking_budget(),
-                premium: m.is_premium(),
-                upstream_id: m.id,
-            })
-            .collect();
-        Ok(Catalog {
-            models,
-            strict: true,
-        })
+    async fn catalog(&self) -> Result<Arc<Catalog>, UpstreamError> {
+        Ok(self.cached_catalog().await?.1)
     }
 
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {

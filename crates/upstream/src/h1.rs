@@ -120,23 +120,25 @@ impl H1Client {
     }
 
     /// `POST uri` with `headers` and `body`: the status and headers, with the body to read.
+    #[cfg(test)]
     pub(crate) async fn post(
         &self,
         uri: &http::Uri,
         headers: &http::HeaderMap,
         body: &Bytes,
     ) -> Result<StreamReply, H1Error> {
-        let key = format!(
-            "{}://{}",
-            uri.scheme_str().unwrap_or("http"),
-            uri.authority().map_or("", |a| a.as_str())
-        );
-        let mut head = encode_head(uri, headers, body.len());
-        let inline = body.len() <= INLINE_BODY;
-        if inline {
-            head.extend_from_slice(body);
-        }
-        let rest = if inline { &[][..] } else { &body[..] };
+        self.send(Encoded::new(uri, headers, body)).await
+    }
+
+    /// Sends a request encoded beforehand, so that its header map is not kept while the
+    /// connection is made and the response awaited (hundreds of requests wait at once).
+    pub(crate) async fn send(&self, request: Encoded) -> Result<StreamReply, H1Error> {
+        let Encoded {
+            uri,
+            key,
+            head,
+            rest,
+        } = request;
         let mut use_pool = true;
         loop {
             let pooled = if use_pool {
@@ -147,9 +149,9 @@ impl H1Client {
             let reused = pooled.is_some();
             let mut io = match pooled {
                 Some(io) => io,
-                None => self.connect(uri).await?,
+                None => self.connect(&uri).await?,
             };
-            match exchange(&mut io, &head, rest).await {
+            match exchange(&mut io, &head, &rest).await {
                 Ok((response, buf)) => {
                     return Ok(response.into_reply(io, buf, (self.pool.clone(), key)));
                 }
@@ -176,6 +178,38 @@ impl H1Client {
             .await
             .map_err(|e| H1Error::Connect(describe_chain(&*e)))?;
         Ok(TokioIo::new(io))
+    }
+}
+
+/// A request in its wire form: the head (with the body, when small) and the pool key.
+pub(crate) struct Encoded {
+    uri: http::Uri,
+    key: String,
+    head: Vec<u8>,
+    /// A body too large to copy into the head, written after it.
+    rest: Bytes,
+}
+
+impl Encoded {
+    pub(crate) fn new(uri: &http::Uri, headers: &http::HeaderMap, body: &Bytes) -> Encoded {
+        let key = format!(
+            "{}://{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.authority().map_or("", |a| a.as_str())
+        );
+        let mut head = encode_head(uri, headers, body.len());
+        let rest = if body.len() <= INLINE_BODY {
+            head.extend_from_slice(body);
+            Bytes::new()
+        } else {
+            body.clone()
+        };
+        Encoded {
+            uri: uri.clone(),
+            key,
+            head,
+            rest,
+        }
     }
 }
 

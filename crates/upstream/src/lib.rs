@@ -24,16 +24,20 @@ use claude_host_protocol::messages::Initiator;
 use claude_host_protocol::request_kind::RequestKind;
 use futures::stream::BoxStream;
 
+/// A value fetched from an upstream and kept until its time is up.
+pub(crate) type TtlSlot<T> = tokio::sync::Mutex<Option<(std::time::Instant, T)>>;
+
 /// Builds a header map from name/value pairs; invalid values are skipped (they can only come
-/// from a client's own malformed headers), and secrets are marked sensitive.
-pub(crate) fn header_map(pairs: &[(&'static str, String)]) -> http::HeaderMap {
+/// from a client's own malformed headers), and secrets are marked sensitive. The pairs are
+/// consumed so that a request future does not keep them while the request is out.
+pub(crate) fn header_map(pairs: Vec<(&'static str, String)>) -> http::HeaderMap {
     let mut map = http::HeaderMap::with_capacity(pairs.len());
     for (name, value) in pairs {
-        if let Ok(mut v) = http::HeaderValue::from_str(value) {
-            if matches!(*name, "authorization" | "x-api-key") {
+        if let Ok(mut v) = http::HeaderValue::from_str(&value) {
+            if matches!(name, "authorization" | "x-api-key") {
                 v.set_sensitive(true);
             }
-            map.insert(*name, v);
+            map.insert(name, v);
         }
     }
     map
@@ -202,7 +206,7 @@ pub trait Upstream: Send + Sync + 'static {
     fn name(&self) -> &'static str;
 
     /// The models on offer.
-    async fn catalog(&self) -> Result<Catalog, UpstreamError>;
+    async fn catalog(&self) -> Result<std::sync::Arc<Catalog>, UpstreamError>;
 
     /// Sends a Messages request. Errors the upstream reports over HTTP come back as an
     /// [`UpstreamResponse`] with their status; `Err` is for failures with no HTTP reply.

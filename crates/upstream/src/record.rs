@@ -74,7 +74,7 @@ impl Upstream for RecordingUpstream {
         self.inner.name()
     }
 
-    async fn catalog(&self) -> Result<Catalog, UpstreamError> {
+    async fn catalog(&self) -> Result<std::sync::Arc<Catalog>, UpstreamError> {
         self.inner.catalog().await
     }
 

@@ -152,7 +152,7 @@ impl Upstream for ReplayUpstream {
         "replay"
     }
 
-    async fn catalog(&self) -> Result<Catalog, UpstreamError> {
+    async fn catalog(&self) -> Result<std::sync::Arc<Catalog>, UpstreamError> {
         let mut ids: Vec<String> = Vec::new();
         let entries = self
             .entries
@@ -172,7 +172,7 @@ impl Upstream for ReplayUpstream {
                 ids.push(m.to_owned());
             }
         }
-        Ok(Catalog {
+        Ok(std::sync::Arc::new(Catalog {
             models: ids
                 .into_iter()
                 .enumerate()
@@ -191,7 +191,7 @@ impl Upstream for ReplayUpstream {
                 })
                 .collect(),
             strict: false,
-        })
+        }))
     }
 
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {

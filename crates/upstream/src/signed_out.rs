@@ -14,7 +14,7 @@ impl Upstream for SignedOut {
         "signed-out"
     }
 
-    async fn catalog(&self) -> Result<Catalog, UpstreamError> {
+    async fn catalog(&self) -> Result<std::sync::Arc<Catalog>, UpstreamError> {
         Err(UpstreamError::NotSignedIn)
     }
 

@@ -94,7 +94,9 @@ impl StreamClient {
             .map_err(|e| UpstreamError::Transport(format!("invalid upstream URL {url}: {e}")))?;
         match &self.h1 {
             Some(h1) if self.matcher.intercept(&uri).is_none() => {
-                Ok(h1.post(&uri, &headers, &body).await?)
+                let request = crate::h1::Encoded::new(&uri, &headers, &body);
+                drop((headers, body));
+                Ok(h1.send(request).await?)
             }
             _ => self.post_reqwest(url, headers, body).await,
         }

@@ -164,6 +164,16 @@ async fn anthropic_upstream_passes_the_key_and_the_ids_through() {
         "no filtering for Anthropic"
     );
     assert_eq!(req.header("anthropic-version"), Some("2023-06-01"));
+    // The model list is asked for once, not before every request (each resolves its model
+    // against it).
+    let again = up.catalog().await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(&catalog, &again));
+    let model_lists = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with("/v1/models"))
+        .count();
+    assert_eq!(model_lists, 1);
     // A wrong key is the upstream's 401, passed through.
     let bad = AnthropicUpstream::new(http_client().unwrap(), &fake.url(), "sk-wrong".into());
     assert_eq!(bad.messages(call("x", true)).await.unwrap().status, 401);

@@ -17,7 +17,8 @@ impl Task {
                 }
             },
             Some(Err(e @ SessionError::Exited { .. })) => self.cli_exited(e),
-            Some(Err(e)) => tracing::warn!(session = %self.id, error = %e, "skipping a bad frame"),
+            // The SDK's reader has logged it, with a bound on how often.
+            Some(Err(e)) => tracing::debug!(session = %self.id, error = %e, "skipping a bad frame"),
             None => self.cli_exited(SessionError::Write("the CLI's output ended".into())),
         }
         if self
