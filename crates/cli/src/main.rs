@@ -70,6 +70,7 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(claude_host_sdk::keeper::keeper_main()).unwrap_or(1));
     }
     let cli = Cli::parse();
+    raise_open_file_limit();
     let log_to_file = matches!(cli.command, Command::Claude(_) | Command::Run(_));
     let _log_guard = setup::init_logging(&cli.global, log_to_file);
     // One thread: the proxy is I/O-bound (about 1 µs of CPU per streamed event), and keeping
@@ -118,4 +119,31 @@ pub(crate) fn default_home() -> Option<PathBuf> {
         return Some(PathBuf::from(x).join("claude-host"));
     }
     std::env::home_dir().map(|h| h.join(".local/share/claude-host"))
+}
+
+/// Each stream the proxy relays holds two sockets and each session a CLI's pipes; a desktop's
+/// default soft limit of 1,024 descriptors would refuse clients long before the proxy's own
+/// connection cap. The soft limit goes up to the hard one (at most 65,536, which children
+/// such as the CLI inherit and some programs walk in full).
+#[allow(unsafe_code)]
+fn raise_open_file_limit() {
+    const WANTED: libc::rlim_t = 65_536;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given, which lives for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return;
+    }
+    let target = limit.rlim_max.min(WANTED);
+    if limit.rlim_cur >= target {
+        return;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: target,
+        rlim_max: limit.rlim_max,
+    };
+    // SAFETY: setrlimit only reads the struct it is given, which lives for the call.
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) };
 }

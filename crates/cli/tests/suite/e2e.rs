@@ -1561,3 +1561,44 @@ async fn model_calls_are_exported_over_otlp_and_status_shows_todays_usage() {
         "{text}"
     );
 }
+
+/// A desktop session's default soft limit of 1,024 descriptors would refuse the proxy's
+/// clients long before its own connection cap: the binary raises it to the hard limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(unsafe_code)]
+async fn the_open_file_limit_is_raised_at_start() {
+    use std::os::unix::process::CommandExt;
+    let h = Host::new().await;
+    let mut c = h.cmd();
+    c.stderr(Stdio::inherit());
+    // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut l);
+            l.rlim_cur = 256;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const l);
+            Ok(())
+        });
+    }
+    let mut hard = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut hard) };
+    let (proxy, info) = spawn_proxy(c);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", info["pid"])).unwrap();
+    let soft: u64 = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert_eq!(soft, hard.rlim_max.min(65_536));
+    assert!(soft > 256 || hard.rlim_max <= 256);
+    terminate(proxy);
+}
