@@ -9,6 +9,7 @@ use claude_host_proxy::{DayUsage, PromptLedger, SessionUsage, UsageView};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Files untouched for longer than this are removed when a recorder starts.
@@ -43,6 +44,9 @@ pub(crate) struct UsageRecorder {
     command: String,
     started_at: i64,
     task: tokio::task::JoinHandle<()>,
+    /// Held for each write, which reads the counts under it: a write still running when the
+    /// recorder is dropped cannot land after the last one with older counts.
+    writing: Arc<Mutex<()>>,
 }
 
 /// What a recorder writes: the proxy's per-session requests and its per-day calls.
@@ -66,7 +70,9 @@ impl UsageRecorder {
         let started_at = now_ms();
         let path = dir.join(format!("{started_at}-{}.json", std::process::id()));
         let sources = Sources { ledger, days };
+        let writing = Arc::new(Mutex::new(()));
         let task = {
+            let writing = writing.clone();
             let (path, sources, command) = (path.clone(), sources.clone(), command.to_owned());
             let mut prompts = sources.ledger.changes();
             let mut calls = sources.days.changes();
@@ -76,7 +82,21 @@ impl UsageRecorder {
                         r = prompts.changed() => if r.is_err() { break },
                         r = calls.changed() => if r.is_err() { break },
                     }
-                    write(&path, &sources, &command, started_at);
+                    // Off the runtime's thread: the write ends with an fsync, which on a
+                    // busy disk takes milliseconds, and this thread relays every stream.
+                    let job = (
+                        path.clone(),
+                        sources.clone(),
+                        command.clone(),
+                        writing.clone(),
+                    );
+                    let written = tokio::task::spawn_blocking(move || {
+                        let _one_at_a_time = job.3.lock();
+                        write(&job.0, &job.1, &job.2, started_at);
+                    });
+                    if written.await.is_err() {
+                        break;
+                    }
                     tokio::time::sleep(WRITE_EVERY).await;
                 }
             })
@@ -87,6 +107,7 @@ impl UsageRecorder {
             command: command.to_owned(),
             started_at,
             task,
+            writing,
         }
     }
 }
@@ -94,6 +115,7 @@ impl UsageRecorder {
 impl Drop for UsageRecorder {
     fn drop(&mut self) {
         self.task.abort();
+        let _one_at_a_time = self.writing.lock();
         write(&self.path, &self.sources, &self.command, self.started_at);
     }
 }
