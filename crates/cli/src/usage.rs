@@ -84,15 +84,15 @@ impl UsageRecorder {
                     }
                     // Off the runtime's thread: the write ends with an fsync, which on a
                     // busy disk takes milliseconds, and this thread relays every stream.
-                    let job = (
+                    let (path, sources, command, writing) = (
                         path.clone(),
                         sources.clone(),
                         command.clone(),
                         writing.clone(),
                     );
                     let written = tokio::task::spawn_blocking(move || {
-                        let _one_at_a_time = job.3.lock();
-                        write(&job.0, &job.1, &job.2, started_at);
+                        let _one_at_a_time = writing.lock();
+                        write(&path, &sources, &command, started_at);
                     });
                     if written.await.is_err() {
                         break;

@@ -44,7 +44,7 @@ pub struct Exchange {
 }
 
 struct Scripted {
-    catalog: Catalog,
+    catalog: Arc<Catalog>,
     reply: Reply,
     calls: Mutex<Vec<MessagesCall>>,
 }
@@ -55,8 +55,8 @@ impl Upstream for Scripted {
         "fuzz"
     }
 
-    async fn catalog(&self) -> Result<std::sync::Arc<Catalog>, UpstreamError> {
-        Ok(std::sync::Arc::new(self.catalog.clone()))
+    async fn catalog(&self) -> Result<Arc<Catalog>, UpstreamError> {
+        Ok(self.catalog.clone())
     }
 
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {
@@ -99,7 +99,7 @@ pub fn exchange(
             .ok();
     }
     let upstream = Arc::new(Scripted {
-        catalog,
+        catalog: Arc::new(catalog),
         reply,
         calls: Mutex::new(Vec::new()),
     });

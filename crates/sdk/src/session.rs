@@ -670,7 +670,7 @@ impl<R: tokio::io::AsyncBufRead + Unpin> LineReader<R> {
 /// Whether the `n`th bad frame from one CLI gets a log line: the first ten, then every power
 /// of ten.
 fn worth_logging(n: u64) -> bool {
-    n <= 10 || (n.ilog10() > 0 && n == 10u64.pow(n.ilog10()))
+    n <= 10 || n == 10u64.pow(n.ilog10())
 }
 
 async fn read_loop(

@@ -8,7 +8,7 @@ use crate::{
 use async_trait::async_trait;
 use serde::Deserialize;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long the model list is kept: every request resolves its model against it, and asking
 /// Anthropic each time put a whole extra round trip in front of every model call.
@@ -24,7 +24,7 @@ pub struct AnthropicUpstream {
     stream: StreamClient,
     base_url: String,
     api_key: String,
-    catalog: Arc<crate::TtlSlot<Arc<Catalog>>>,
+    catalog: Arc<crate::TtlCache<Arc<Catalog>>>,
 }
 
 impl std::fmt::Debug for AnthropicUpstream {
@@ -124,15 +124,11 @@ impl Upstream for AnthropicUpstream {
     }
 
     async fn catalog(&self) -> Result<Arc<Catalog>, UpstreamError> {
-        let mut cache = self.catalog.lock().await;
-        if let Some((at, catalog)) = &*cache
-            && at.elapsed() < CATALOG_TTL
-        {
-            return Ok(catalog.clone());
-        }
-        let catalog = Arc::new(self.fetch_catalog().await?);
-        *cache = Some((Instant::now(), catalog.clone()));
-        Ok(catalog)
+        self.catalog
+            .get_or_fetch(CATALOG_TTL, async {
+                Ok(Arc::new(self.fetch_catalog().await?))
+            })
+            .await
     }
 
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use serde::Deserialize;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where the GitHub and Copilot APIs live. Every URL can be overridden (GHE, tests).
 #[derive(Debug, Clone)]
@@ -163,7 +163,7 @@ struct Inner {
     tokens: Mutex<TokenState>,
     /// The fetched catalog with its Claude part, kept for the configured TTL. The Claude part
     /// is built once per fetch and shared: every request resolves its model against it.
-    catalog: crate::TtlSlot<(Arc<Vec<CopilotModel>>, Arc<Catalog>)>,
+    catalog: crate::TtlCache<(Arc<Vec<CopilotModel>>, Arc<Catalog>)>,
 }
 
 /// The Copilot upstream. Cheap to clone.
@@ -218,7 +218,7 @@ impl CopilotUpstream {
                 options,
                 clock,
                 tokens: Mutex::new(TokenState::default()),
-                catalog: tokio::sync::Mutex::new(None),
+                catalog: crate::TtlCache::default(),
             }),
         }
     }
@@ -287,16 +287,14 @@ impl CopilotUpstream {
     async fn cached_catalog(
         &self,
     ) -> Result<(Arc<Vec<CopilotModel>>, Arc<Catalog>), UpstreamError> {
-        let mut cache = self.inner.catalog.lock().await;
-        if let Some((at, both)) = &*cache
-            && at.elapsed() < self.inner.options.catalog_ttl
-        {
-            return Ok(both.clone());
-        }
-        let raw = Arc::new(self.fetch_catalog(true).await?);
-        let claude = Arc::new(claude_catalog(&raw));
-        *cache = Some((Instant::now(), (raw.clone(), claude.clone())));
-        Ok((raw, claude))
+        self.inner
+            .catalog
+            .get_or_fetch(self.inner.options.catalog_ttl, async {
+                let raw = Arc::new(self.fetch_catalog(true).await?);
+                let claude = Arc::new(claude_catalog(&raw));
+                Ok((raw, claude))
+            })
+            .await
     }
 
     async fn fetch_catalog(&self, retry_on_401: bool) -> Result<Vec<CopilotModel>, UpstreamError> {

@@ -24,8 +24,33 @@ use claude_host_protocol::messages::Initiator;
 use claude_host_protocol::request_kind::RequestKind;
 use futures::stream::BoxStream;
 
-/// A value fetched from an upstream and kept until its time is up.
-pub(crate) type TtlSlot<T> = tokio::sync::Mutex<Option<(std::time::Instant, T)>>;
+/// A value fetched from an upstream and kept until its time is up. Callers that find it
+/// stale wait for the one fetch in progress rather than each making their own.
+#[derive(Default)]
+pub(crate) struct TtlCache<T>(tokio::sync::Mutex<Option<(std::time::Instant, T)>>);
+
+impl<T: Clone> TtlCache<T> {
+    /// The kept value when younger than `ttl`, else what `fetch` gives (kept from now on; an
+    /// error is not kept).
+    pub(crate) async fn get_or_fetch<F>(
+        &self,
+        ttl: std::time::Duration,
+        fetch: F,
+    ) -> Result<T, UpstreamError>
+    where
+        F: std::future::Future<Output = Result<T, UpstreamError>>,
+    {
+        let mut slot = self.0.lock().await;
+        if let Some((at, value)) = &*slot
+            && at.elapsed() < ttl
+        {
+            return Ok(value.clone());
+        }
+        let value = fetch.await?;
+        *slot = Some((std::time::Instant::now(), value.clone()));
+        Ok(value)
+    }
+}
 
 /// Builds a header map from name/value pairs; invalid values are skipped (they can only come
 /// from a client's own malformed headers), and secrets are marked sensitive. The pairs are
