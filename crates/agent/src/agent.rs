@@ -122,6 +122,13 @@ pub struct AgentConfig {
     /// background task) before it is stopped; the session stays open and starts it again,
     /// resuming, when a client opens it, types a prompt or sends one. `None` keeps it.
     pub cli_idle: Option<Duration>,
+    /// A Claude Code process started ahead of a prompt (a client opened the session, typed,
+    /// or created it) first runs a throwaway turn, cut right after, so that the prompt finds
+    /// it warm (a process's first turn costs ~90 ms more than later ones). The turn's model
+    /// call must reach claude-host's proxy, which answers it itself; turn this off when the
+    /// CLI talks to anything else. Skipped in a session whose settings have hooks that such
+    /// a turn could fire.
+    pub warm_up: bool,
     /// Where sessions keep what their tool calls changed (`<dir>/<session id>`: content,
     /// snapshots, log); `None` tracks nothing.
     pub edits_dir: Option<PathBuf>,
@@ -156,6 +163,7 @@ impl AgentConfig {
             keeper: None,
             meter: None,
             cli_idle: Some(Duration::from_secs(300)),
+            warm_up: true,
         }
     }
 }
@@ -611,6 +619,7 @@ impl Agent {
             edits,
             customs,
             cli_idle: self.config.cli_idle,
+            warm_up: self.config.warm_up,
             meters: self.meters.clone(),
             on_exit: self.on_exit(&id),
             id,

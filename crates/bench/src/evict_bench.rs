@@ -8,7 +8,8 @@
 //!    run: the same with eviction off for ACTIVE + 5 sessions, scaled per session (SESSIONS
 //!    live CLIs would need ~20 GB).
 //! 2. Prompt → first delta on a warm session, against a session whose CLI was stopped and
-//!    whose client typed a draft 1.5 s before sending (the intent re-warms the CLI).
+//!    whose client typed a draft 1.5 s before sending (the intent re-warms the CLI, which
+//!    runs its warm-up turn), and, in the same run, the same with the warm-up turn off.
 
 mod common;
 
@@ -109,8 +110,55 @@ async fn main() -> anyhow::Result<()> {
     // Prompt latency: warm against evicted with intent.
     let warm = &open[0];
     let mut warm_t = Vec::new();
-    let mut cold_t = Vec::new();
-    for (i, s) in open.iter().skip(active).take(5).enumerate() {
+    let cold_t = after_draft(open.iter().skip(active).take(5), warm, &mut warm_t).await?;
+    // The same without the warm-up turn: an agent of its own, its sessions evicted too.
+    let plain = common::agent_for(&fake, &dir, None, |c| {
+        c.cli_idle = Some(IDLE);
+        c.warm_up = false;
+    })
+    .await?;
+    let mut unwarmed = Vec::new();
+    for _ in 0..5 {
+        let s = plain.create_session(Default::default()).await?;
+        s.send("hello").await?;
+        unwarmed.push(s);
+    }
+    for s in &unwarmed {
+        anyhow::ensure!(
+            s.wait_cli(false, IDLE * 30).await,
+            "an idle CLI was not stopped"
+        );
+    }
+    let plain_t = after_draft(unwarmed.iter(), warm, &mut warm_t).await?;
+    let (w, c, p) = (
+        common::median(&warm_t),
+        common::median(&cold_t),
+        common::median(&plain_t),
+    );
+    println!(
+        "prompt → first delta: warm {:.1} ms, evicted with a draft first {:.1} ms (÷ {:.2}); without the warm-up turn {:.1} ms (÷ {:.2})",
+        common::ms(w),
+        common::ms(c),
+        common::ms(c) / common::ms(w).max(0.001),
+        common::ms(p),
+        common::ms(p) / common::ms(w).max(0.001)
+    );
+    for s in open.iter().chain(&unwarmed) {
+        s.close().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// For each of `evicted`: a draft, 1.5 s of typing, then prompt → first delta; a warm
+/// session's time goes into `warm_t` before each.
+async fn after_draft<'a>(
+    evicted: impl Iterator<Item = &'a claude_host_agent::SessionHandle>,
+    warm: &claude_host_agent::SessionHandle,
+    warm_t: &mut Vec<Duration>,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut out = Vec::new();
+    for (i, s) in evicted.enumerate() {
         warm_t.push(common::first_delta(warm).await?);
         anyhow::ensure!(s.status().cli_pgid.is_none(), "session {i} is not evicted");
         let draft = serde_json::from_value(serde_json::json!({"type": "chat/draftChanged",
@@ -126,20 +174,9 @@ async fn main() -> anyhow::Result<()> {
         .await?;
         // The user finishes typing.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        cold_t.push(common::first_delta(s).await?);
+        out.push(common::first_delta(s).await?);
     }
-    let (w, c) = (common::median(&warm_t), common::median(&cold_t));
-    println!(
-        "prompt → first delta: warm {:.1} ms, evicted with a draft first {:.1} ms (÷ {:.2})",
-        common::ms(w),
-        common::ms(c),
-        common::ms(c) / common::ms(w).max(0.001)
-    );
-    for s in &open {
-        s.close().await;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
+    Ok(out)
 }
 
 async fn agent(

@@ -129,6 +129,18 @@ pub(crate) struct GlobalOpts {
         default_value_t = 300
     )]
     pub cli_idle_secs: u64,
+    /// Whether a Claude Code process started ahead of a prompt (a session opened, created or
+    /// typed in) first runs a throwaway turn that the proxy answers and that is then cut, so
+    /// the prompt finds it warm (~90 ms sooner). Skipped in sessions with hooks it could fire.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_WARM_UP",
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub warm_up: bool,
     /// Log filter (e.g. `info`, `claude_host_proxy=debug`); also `CLAUDE_HOST_LOG`.
     #[arg(long, global = true, env = "CLAUDE_HOST_LOG", default_value = "info")]
     pub log: String,
@@ -421,6 +433,7 @@ pub(crate) async fn build_agent(
     config.meter = ctx.meter();
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
+    config.warm_up = ctx.opts.warm_up;
     config.durable = db.map(|db| claude_host_agent::Durable {
         db,
         host: host_name(),

@@ -15,6 +15,11 @@ use std::borrow::Cow;
 /// the prompt); the proxy strips every copy before forwarding.
 pub const PROMPT_MARKER: &str = "__claude_host_user_prompt__";
 
+/// The whole text of the throwaway prompt the host sends a freshly started CLI to run its
+/// first turn ahead of a real one (the turn is then cut with `rewind_conversation`). The proxy
+/// answers a request whose last message is this prompt itself, so it never reaches a model.
+pub const WARM_UP_PROMPT: &str = "<claude-host-warm-up/>";
+
 /// What a Messages request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RequestKind {
@@ -38,6 +43,9 @@ pub enum RequestKind {
     TaskNotification,
     /// The validation call the CLI makes before `set_model` answers: `max_tokens: 1`, no tools.
     ModelCheck,
+    /// The host's own warm-up turn ([`WARM_UP_PROMPT`] as the last message's last text):
+    /// answered by the proxy itself.
+    WarmUp,
     /// Anything else that ends without a human message (an assistant prefill, reminders only).
     Other,
 }
@@ -54,6 +62,7 @@ impl RequestKind {
             RequestKind::Compaction => "compaction",
             RequestKind::TaskNotification => "task_notification",
             RequestKind::ModelCheck => "model_check",
+            RequestKind::WarmUp => "warm_up",
             RequestKind::Other => "other",
         }
     }
@@ -107,6 +116,8 @@ struct LastUser {
     tool_result: bool,
     compaction: bool,
     notification: bool,
+    /// The last text is the warm-up prompt.
+    warm_up: bool,
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -134,6 +145,8 @@ fn read_text(text: &str, last: &mut LastUser) {
     if !is_cli_text(text) {
         last.human_text = true;
     }
+    // Only as the last text: a warm-up prompt quoted anywhere else is ordinary content.
+    last.warm_up = text.trim() == WARM_UP_PROMPT;
 }
 
 fn read_user(content: Option<&RawValue>) -> LastUser {
@@ -149,6 +162,7 @@ fn read_user(content: Option<&RawValue>) -> LastUser {
     } else if raw.starts_with('[') {
         let blocks: Vec<BlockPeek> = serde_json::from_str(raw).unwrap_or_default();
         for b in &blocks {
+            last.warm_up = false;
             match b.kind.as_deref() {
                 Some("tool_result") => last.tool_result = true,
                 Some("text") => read_text(b.text.as_deref().unwrap_or_default(), &mut last),
@@ -204,6 +218,7 @@ pub fn classify(
     } else {
         match last {
             None => RequestKind::Other,
+            Some(l) if l.warm_up => RequestKind::WarmUp,
             Some(l) if l.compaction => RequestKind::Compaction,
             Some(l) if l.notification => RequestKind::TaskNotification,
             Some(_) if no_tools && max_tokens.is_some_and(|m| m.get().trim() == "1") => {
@@ -298,6 +313,31 @@ mod tests {
         let image = json!({"model":"m","tools":tools,"messages":[
             {"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"x"}}]}]});
         assert_eq!(kind(image), RequestKind::Prompt);
+    }
+
+    #[test]
+    fn the_warm_up_prompt_is_its_own_kind_only_as_the_last_text() {
+        let tools = json!([{"name":"Bash"}]);
+        let warm = json!({"model":"m","system":main_system(),"tools":tools,"messages":[
+            {"role":"user","content":[reminder(),{"type":"text","text":WARM_UP_PROMPT}]},
+            {"role":"system","content":[{"type":"text","text":"# Environment"}]}]});
+        assert_eq!(kind(warm), RequestKind::WarmUp);
+        let as_string = json!({"model":"m","messages":[{"role":"user","content":WARM_UP_PROMPT}]});
+        assert_eq!(kind(as_string), RequestKind::WarmUp);
+        // Quoted inside a prompt, or followed by anything, it is a human's prompt.
+        let quoted = json!({"model":"m","messages":[{"role":"user","content":[
+            {"type":"text","text":format!("what does {WARM_UP_PROMPT} do?")}]}]});
+        assert_eq!(kind(quoted), RequestKind::Prompt);
+        let then_image = json!({"model":"m","messages":[{"role":"user","content":[
+            {"type":"text","text":WARM_UP_PROMPT},
+            {"type":"image","source":{"type":"base64","media_type":"image/png","data":"x"}}]}]});
+        assert_eq!(kind(then_image), RequestKind::Prompt);
+        // An earlier warm-up in the history does not make a later prompt one.
+        let later = json!({"model":"m","messages":[
+            {"role":"user","content":WARM_UP_PROMPT},
+            {"role":"assistant","content":"ok"},
+            {"role":"user","content":"fix the test"}]});
+        assert_eq!(kind(later), RequestKind::Prompt);
     }
 
     #[test]

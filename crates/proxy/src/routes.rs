@@ -193,6 +193,10 @@ async fn messages<B: RequestBody>(
             );
         }
     };
+    if parsed.classified.kind == RequestKind::WarmUp && !subagent_header {
+        tracing::debug!(session = %Safe(&session), "answered a warm-up turn locally");
+        return warm_up_answer(&parsed.model, parsed.stream);
+    }
     let upstream = state.upstream();
     let catalog = match upstream.catalog().await {
         Ok(c) => c,
@@ -600,6 +604,57 @@ pub(crate) fn upstream_error(e: &UpstreamError) -> Response<Body> {
     };
     tracing::warn!(error = %e, "upstream failure");
     error(status, kind, e.to_string())
+}
+
+/// The answer to the host's warm-up turn, made here: the turn exists only to run the CLI's
+/// first-turn code ahead of a real prompt, and is cut from the conversation right after, so
+/// no model needs to see it and no premium request is spent on it.
+fn warm_up_answer(model: &str, stream: bool) -> Response<Body> {
+    const TEXT: &str = "ok";
+    let id = format!("msg_warm_up_{:016x}", rand::random::<u64>());
+    let usage = serde_json::json!({"input_tokens": 0, "output_tokens": 0});
+    if !stream {
+        let message = serde_json::json!({
+            "id": id, "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": TEXT}],
+            "stop_reason": "end_turn", "stop_sequence": null, "usage": usage,
+        });
+        return json(StatusCode::OK, message.to_string().into_bytes());
+    }
+    let events = [
+        (
+            "message_start",
+            serde_json::json!({"type": "message_start", "message": {
+            "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": null, "stop_sequence": null, "usage": usage}}),
+        ),
+        (
+            "content_block_start",
+            serde_json::json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            serde_json::json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": TEXT}}),
+        ),
+        (
+            "content_block_stop",
+            serde_json::json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            serde_json::json!({"type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+            "usage": {"output_tokens": 0}}),
+        ),
+        ("message_stop", serde_json::json!({"type": "message_stop"})),
+    ];
+    let mut body = String::new();
+    for (name, data) in events {
+        body.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    }
+    full(StatusCode::OK, "text/event-stream", Bytes::from(body))
 }
 
 fn status_code(status: u16) -> StatusCode {

@@ -1,5 +1,6 @@
 //! Finding and installing the pinned Claude Code CLI.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -205,6 +206,12 @@ pub async fn install_pinned(home: &Path, force: bool) -> Result<PathBuf, FindErr
         "Installing @anthropic-ai/claude-code@{PINNED_VERSION} into {} …",
         dir.display()
     );
+    // npm's summary goes to stdout, which is a protocol's channel under `acp` (and any
+    // stdio server): all of npm's output goes to our stderr.
+    let npm_out = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| FindError::Install(format!("cannot hand npm our stderr: {e}")))?;
     let status = tokio::process::Command::new(npm)
         .args([
             "install",
@@ -216,7 +223,7 @@ pub async fn install_pinned(home: &Path, force: bool) -> Result<PathBuf, FindErr
         .arg(&dir)
         .arg(format!("@anthropic-ai/claude-code@{PINNED_VERSION}"))
         .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
+        .stdout(Stdio::from(npm_out))
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .status()

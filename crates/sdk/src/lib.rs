@@ -12,6 +12,7 @@ mod options;
 mod process;
 mod session;
 pub mod transcripts;
+mod warm_up;
 
 pub use keeper::Keeper;
 pub use mcp::SdkMcpServer;
@@ -25,3 +26,4 @@ pub use session::{
 };
 /// Cancellation handed to [`Callbacks`] (re-exported so implementors need no extra crate).
 pub use tokio_util::sync::CancellationToken;
+pub use warm_up::{WarmUpError, WarmedUp};

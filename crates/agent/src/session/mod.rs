@@ -816,6 +816,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         durable: None,
         edits,
         cli_idle: s.cli_idle,
+        warm_up: false,
         meters: None,
         on_exit: Box::new(|_| {}),
     })

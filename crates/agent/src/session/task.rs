@@ -215,8 +215,10 @@ pub(crate) enum Internal {
     },
     Started {
         generation: u64,
-        /// The CLI and the slash commands it offers.
-        result: Result<(Box<ClaudeSession>, Vec<SlashCommand>), String>,
+        result: Result<cli::StartedCli, String>,
+        /// A warm-up turn the transcript may hold uncut (its prompt's uuid): the next CLI
+        /// must resume before it.
+        uncut_warm_up: Option<String>,
     },
     Permission {
         generation: u64,
@@ -304,6 +306,9 @@ pub(crate) struct SessionSpec {
     pub customs: customs::CustomsSpec,
     /// How long its CLI may sit idle before it is stopped (`None`: kept while it is open).
     pub cli_idle: Option<Duration>,
+    /// A CLI started ahead of a prompt runs a warm-up turn first (the host's proxy answers
+    /// it).
+    pub warm_up: bool,
     /// A transcript exists under `id`: the first CLI resumes it.
     pub resumable: bool,
     pub created_at: i64,
@@ -577,6 +582,11 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         generation: 0,
         materializations: 0,
         resumable: spec.resumable,
+        warm_up: spec.warm_up,
+        warm_up_in_flight: None,
+        warm_up_wanted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        uncut_warm_up: None,
+        warmed_empty: false,
         restart_needed: false,
         resume_at: None,
         turn: None,
@@ -746,6 +756,17 @@ struct Task {
     generation: u64,
     materializations: usize,
     resumable: bool,
+    /// CLIs started ahead of a prompt run a warm-up turn.
+    warm_up: bool,
+    /// The uuid of the warm-up turn the starting CLI runs.
+    warm_up_in_flight: Option<String>,
+    /// Cleared when a prompt comes for the starting CLI: a warm-up not begun yet is skipped.
+    warm_up_wanted: Arc<std::sync::atomic::AtomicBool>,
+    /// A warm-up turn that may be in the transcript uncut (its start was stopped midway).
+    uncut_warm_up: Option<String>,
+    /// A warm-up turn ran before the session's first turn: its transcript holds nothing
+    /// else, and is removed before the next CLI starts the session afresh.
+    warmed_empty: bool,
     restart_needed: bool,
     resume_at: Option<String>,
     // Turns.
@@ -1150,7 +1171,7 @@ impl Task {
             Cli::Starting(_) => self.warm_waiters.push(reply),
             Cli::None => {
                 self.warm_waiters.push(reply);
-                self.start_cli();
+                self.start_cli(true);
             }
         }
     }

@@ -766,3 +766,119 @@ async fn typing_a_prompt_starts_the_cli_and_tells_it_between_turns_once_per_ten_
     assert_eq!(told(), 1, "told once:\n{lines}");
     assert_eq!(s.status().materializations, 1);
 }
+
+/// The session's transcript file, as text.
+fn transcript_text(e: &Env, id: &str) -> String {
+    let path = claude_host_sdk::transcripts::find_session(&e.dir.path().join(".claude"), id)
+        .expect("a transcript");
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_started_ahead_of_a_prompt_runs_a_warm_up_turn_nobody_sees() {
+    use claude_host_protocol::request_kind::WARM_UP_PROMPT;
+    let e = env().await;
+    let agent = e
+        .agent_with(None, |c| c.cli_idle = Some(Duration::from_millis(300)))
+        .await;
+    let draft = |n: i64| async move {
+        (
+            action(
+                json!({"type": "chat/draftChanged", "draft": {"text": "wh", "origin": {"kind": "user"}}}),
+            ),
+            origin(n),
+        )
+    };
+
+    // A new session: the CLI started ahead of its first prompt warms up.
+    let s = agent.create_session(Default::default()).await.unwrap();
+    let (a, o) = draft(1).await;
+    s.dispatch(ChannelKind::Chat, a, o).await.unwrap();
+    assert!(s.wait_cli(true, WAIT).await, "started by the draft");
+    assert!(
+        transcript_text(&e, s.id()).contains(WARM_UP_PROMPT),
+        "the warm-up turn ran"
+    );
+    assert!(
+        e.fake.message_requests().is_empty(),
+        "the proxy answered it"
+    );
+    assert!(s.state().await.turns.is_empty(), "no client sees it");
+
+    // Stopped before any prompt, the session starts afresh: nothing of the warm-up is left.
+    assert!(s.wait_cli(false, WAIT).await, "stopped once idle");
+    s.send("remember the word heliotrope").await.unwrap();
+    let first = e.fake.message_requests().pop().unwrap().json().to_string();
+    assert!(
+        !first.contains(WARM_UP_PROMPT),
+        "the warm-up is not in the history"
+    );
+    assert!(first.contains("heliotrope"));
+
+    // Stopped, opened again by a draft: warmed up once more; the prompt has the whole history
+    // and none of the warm-up.
+    assert!(s.wait_cli(false, WAIT).await, "stopped again once idle");
+    let warm_ups = |e: &Env| transcript_text(e, s.id()).matches(WARM_UP_PROMPT).count();
+    let before = warm_ups(&e);
+    let (a, o) = draft(2).await;
+    s.dispatch(ChannelKind::Chat, a, o).await.unwrap();
+    assert!(s.wait_cli(true, WAIT).await);
+    assert!(warm_ups(&e) > before, "warmed up again");
+    s.send("what was the word?").await.unwrap();
+    let requests = e.fake.message_requests();
+    assert_eq!(requests.len(), 2, "the warm-ups never reached the upstream");
+    let last = requests[1].json();
+    let text = last.to_string();
+    assert!(text.contains("heliotrope"), "resumed with the history");
+    assert!(
+        !text.contains(WARM_UP_PROMPT),
+        "the warm-up is not in the history"
+    );
+    // The first prompt (with the CLI's environment message), its answer, the second prompt.
+    let roles: Vec<&str> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "system", "assistant", "user"]);
+    assert_eq!(turn_states(&s).await, ["complete", "complete"]);
+    // The transcript's conversation is the two turns.
+    let t =
+        claude_host_sdk::transcripts::read_session(&e.dir.path().join(".claude"), s.id()).unwrap();
+    let chain = t.main_chain();
+    assert!(
+        chain
+            .iter()
+            .all(|m| !serde_json::to_string(m).unwrap().contains(WARM_UP_PROMPT)),
+        "the warm-up is off the conversation's chain"
+    );
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_warm_up_turn_where_a_hook_would_see_it() {
+    use claude_host_protocol::request_kind::WARM_UP_PROMPT;
+    let e = env().await;
+    let settings = e.dir.path().join("work/.claude");
+    std::fs::create_dir_all(&settings).unwrap();
+    std::fs::write(
+        settings.join("settings.json"),
+        json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]}})
+            .to_string(),
+    )
+    .unwrap();
+    let agent = e.agent(None).await;
+    let s = agent.create_session(Default::default()).await.unwrap();
+    s.dispatch(
+        ChannelKind::Chat,
+        action(json!({"type": "chat/draftChanged", "draft": {"text": "w", "origin": {"kind": "user"}}})),
+        origin(1),
+    )
+    .await
+    .unwrap();
+    assert!(s.wait_cli(true, WAIT).await);
+    s.send("hello").await.unwrap();
+    assert!(!transcript_text(&e, s.id()).contains(WARM_UP_PROMPT));
+    s.close().await;
+}

@@ -1112,3 +1112,53 @@ async fn initialize_does_not_wait_for_the_stored_credentials_check_and_sessions_
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installing_claude_code_prints_nothing_on_the_editors_channel() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = Host::new().await;
+    // An `npm` that says what the real one says on stdout and lays out the package, with the
+    // pinned CLI as its binary.
+    let bin = h.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let npm = bin.join("npm");
+    std::fs::write(
+        &npm,
+        format!(
+            r#"#!/bin/sh
+while [ "$1" != "--prefix" ]; do shift; done
+pkg="$2/node_modules/@anthropic-ai/claude-code-linux-x64"
+mkdir -p "$pkg" && ln -s '{}' "$pkg/claude"
+echo 'added 2 packages in 1s'
+"#,
+            cli().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&npm, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = h.cmd();
+    c.env_remove("CLAUDE_HOST_CLAUDE_PATH")
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()));
+    let mut child = spawn_acp(c);
+    let mut lines = Lines::of(&mut child);
+    lines
+        .request(
+            1,
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        )
+        .await;
+    // Every line on stdout is JSON-RPC (`wait` panics on anything else).
+    let init = lines.response(1).await;
+    assert_eq!(init["result"]["protocolVersion"], 1);
+    lines
+        .request(2, "session/new", json!({"cwd": h.cwd(), "mcpServers": []}))
+        .await;
+    let created = lines.response(2).await;
+    assert!(created["result"]["sessionId"].is_string(), "{created}");
+    assert!(
+        claude_host_sdk::find::pinned_binary(&h.home()).is_some(),
+        "installed through npm"
+    );
+    assert!(lines.seen.iter().all(|v| v["jsonrpc"] == "2.0"));
+}

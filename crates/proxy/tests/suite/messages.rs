@@ -476,3 +476,54 @@ async fn count_tokens_is_a_marked_local_estimate() {
         "count_tokens must not reach the upstream"
     );
 }
+
+#[tokio::test]
+async fn the_hosts_warm_up_turn_is_answered_here_and_never_reaches_the_upstream() {
+    use claude_host_protocol::request_kind::WARM_UP_PROMPT;
+    let e = env().await;
+    let warm_up = |stream: bool| {
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": stream, "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>\ncontext\n</system-reminder>"},
+                {"type": "text", "text": WARM_UP_PROMPT}]}]})
+    };
+    let streamed = e.messages(warm_up(true)).await;
+    assert_eq!(streamed.status(), 200);
+    assert_eq!(
+        streamed.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let text = streamed.text().await.unwrap();
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    for data in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let event: Value = serde_json::from_str(data).unwrap();
+        assert!(event["type"].is_string(), "{data}");
+    }
+    let whole: Value = e.messages(warm_up(false)).await.json().await.unwrap();
+    assert_eq!(whole["type"], "message");
+    assert_eq!(whole["model"], "claude-sonnet-4-5");
+    assert_eq!(whole["stop_reason"], "end_turn");
+    assert!(e.fake.message_requests().is_empty());
+    // A prompt that only mentions it goes to the model.
+    e.fake
+        .push(rule(Match::Always, Reply::text("from the model")));
+    let asked = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
+        {"role": "user", "content": format!("what is {WARM_UP_PROMPT}?")}]});
+    let resp: Value = e.messages(asked).await.json().await.unwrap();
+    assert_eq!(resp["content"][0]["text"], "from the model");
+    assert_eq!(e.fake.message_requests().len(), 1);
+}

@@ -1,6 +1,87 @@
-//! The CLI: its frames (read all the time), its start in a job beside the task, its end.
+//! The CLI: its frames (read all the time), its start in a job beside the task (with a
+//! warm-up turn when it starts ahead of a prompt), its end.
 
 use super::*;
+use claude_host_sdk::WarmUpError;
+
+/// How long each step of a warm-up turn may take (listing hooks, the turn, the cut).
+const WARM_UP_LIMIT: Duration = Duration::from_secs(10);
+
+/// A CLI that started, for the task.
+pub(crate) struct StartedCli {
+    cli: Box<ClaudeSession>,
+    commands: Vec<SlashCommand>,
+    /// Transcript lines reported during a warm-up turn, for the store's copy.
+    mirrored: Vec<Frame>,
+    /// A warm-up turn ran and was cut.
+    warmed: bool,
+}
+
+/// What has to be done to the transcript before a CLI starts the session.
+struct TranscriptFix {
+    config_dir: Option<PathBuf>,
+    id: String,
+    /// The transcript holds only a cut warm-up turn: remove it, the session starts afresh.
+    remove: bool,
+    /// A warm-up turn that may be uncut: resume before it.
+    uncut: Option<String>,
+}
+
+impl TranscriptFix {
+    /// Applies the fix to the disk and to `opts`.
+    async fn apply(self, opts: &mut SessionOptions) {
+        if !self.remove && self.uncut.is_none() {
+            return;
+        }
+        let Some(config) = self.config_dir else {
+            return;
+        };
+        let id = self.id.clone();
+        let uncut = self.uncut.clone();
+        let remove = self.remove;
+        // `Some(parent)`: resume at it; `None`: nothing precedes, the transcript is removed.
+        let found = tokio::task::spawn_blocking(move || -> Option<Option<String>> {
+            let parent = match &uncut {
+                Some(u) => {
+                    let t = claude_host_sdk::transcripts::read_session(&config, &id).ok()?;
+                    let entry = t
+                        .entries
+                        .iter()
+                        .find(|e| e.get("uuid").and_then(Value::as_str) == Some(u))?;
+                    entry
+                        .get("parentUuid")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                }
+                None => None,
+            };
+            if parent.is_none() || remove {
+                if let Err(e) = claude_host_sdk::transcripts::delete_session(&config, &id) {
+                    tracing::warn!(session = %id, error = %e, "could not remove a transcript that holds only a warm-up turn");
+                }
+                return Some(None);
+            }
+            Some(parent)
+        })
+        .await
+        .ok()
+        .flatten();
+        match found {
+            Some(Some(parent)) => {
+                tracing::info!(session = %self.id, "resuming before a warm-up turn that was not cut");
+                if opts.resume_session_at.is_none() {
+                    opts.resume_session_at = Some(parent);
+                }
+            }
+            Some(None) => {
+                opts.resume = None;
+                opts.resume_session_at = None;
+                opts.session_id = Some(self.id);
+            }
+            None => {}
+        }
+    }
+}
 
 impl Task {
     pub(super) async fn on_frame(&mut self, item: Option<Result<Frame, SessionError>>) {
@@ -154,7 +235,9 @@ impl Task {
             .and_then(|m| m.max_prompt_tokens)
     }
 
-    pub(super) fn start_cli(&mut self) {
+    /// Starts a CLI for the session; `ahead`: ahead of a prompt (nobody waits for it yet),
+    /// so it may run a warm-up turn first.
+    pub(super) fn start_cli(&mut self, ahead: bool) {
         self.generation += 1;
         self.materializations += 1;
         if let Some(m) = &self.meters {
@@ -196,19 +279,71 @@ impl Task {
             edits: self.edits.clone(),
         });
         let hooks = self.edits.is_some().then(crate::edits::tracker::hooks);
+        let fix = TranscriptFix {
+            config_dir: self.config_dir(),
+            id: self.id.clone(),
+            remove: !self.resumable && std::mem::take(&mut self.warmed_empty),
+            uncut: self.uncut_warm_up.take(),
+        };
+        let warm_up = (ahead && self.warm_up).then(|| uuid::Uuid::new_v4().to_string());
+        self.warm_up_in_flight = warm_up.clone();
+        let wanted = Arc::new(std::sync::atomic::AtomicBool::new(warm_up.is_some()));
+        self.warm_up_wanted = wanted.clone();
+        let id = self.id.clone();
         let job = tokio::spawn(async move {
+            let mut uncut_warm_up = None;
             let result = async {
+                let mut opts = opts;
+                fix.apply(&mut opts).await;
                 let cli = ClaudeSession::spawn_with_mcp(opts, bridge, servers)
                     .map_err(|e| e.to_string())?;
                 let init = cli
                     .initialize(hooks, json!({}))
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok((Box::new(cli), crate::completions::slash_commands(&init)))
+                let mut started = StartedCli {
+                    cli: Box::new(cli),
+                    commands: crate::completions::slash_commands(&init),
+                    mirrored: Vec::new(),
+                    warmed: false,
+                };
+                let Some(uuid) = warm_up.filter(|_| wanted.load(Ordering::SeqCst)) else {
+                    return Ok(started);
+                };
+                let begun = Instant::now();
+                match started.cli.warm_up(&uuid, WARM_UP_LIMIT).await {
+                    Ok(w) => {
+                        tracing::debug!(session = %id, took = ?begun.elapsed(), "warmed up");
+                        started.mirrored = w.mirrored;
+                        started.warmed = true;
+                        Ok(started)
+                    }
+                    Err(e @ (WarmUpError::Hooked(_) | WarmUpError::Listing(_))) => {
+                        tracing::debug!(session = %id, reason = %e, "no warm-up turn");
+                        Ok(started)
+                    }
+                    // Its transcript lines stay out of the store's copy: the next CLI resumes
+                    // before them.
+                    Err(WarmUpError::NotCut {
+                        uuid,
+                        reason,
+                        mirrored: _,
+                    }) => {
+                        tracing::warn!(session = %id, %reason, "a warm-up turn was not cut; its CLI is stopped");
+                        // Dropping the CLI kills its group; the next resumes before the turn.
+                        drop(started);
+                        uncut_warm_up = Some(uuid);
+                        Err("the warm-up turn was not cut".to_owned())
+                    }
+                }
             }
             .await;
             // If the task is gone, the CLI is dropped here, which kills its group.
-            let _ = tx.send(Internal::Started { generation, result });
+            let _ = tx.send(Internal::Started {
+                generation,
+                result,
+                uncut_warm_up,
+            });
         });
         self.cli = Cli::Starting(job);
     }
@@ -223,6 +358,10 @@ impl Task {
                 Err(shared) => shared.kill(),
             },
             Cli::Starting(job) => {
+                // A warm-up turn stopped midway may be in the transcript, uncut.
+                if let Some(uuid) = self.warm_up_in_flight.take() {
+                    self.uncut_warm_up = Some(uuid);
+                }
                 job.abort();
                 // The aborted job drops a half-started CLI, which kills its group.
                 let _ = job.await;
@@ -234,16 +373,38 @@ impl Task {
 
     pub(super) async fn on_internal(&mut self, msg: Internal) {
         match msg {
-            Internal::Started { generation, result } => {
+            Internal::Started {
+                generation,
+                result,
+                uncut_warm_up,
+            } => {
                 if generation != self.generation || self.closing {
                     return;
                 }
+                self.warm_up_in_flight = None;
+                if uncut_warm_up.is_some() {
+                    self.uncut_warm_up = uncut_warm_up;
+                    self.cli = Cli::None;
+                    // Someone already waiting gets a CLI without a warm-up.
+                    if self.turn.is_some() || !self.warm_waiters.is_empty() {
+                        self.start_cli(false);
+                    }
+                    return;
+                }
                 match result {
-                    Ok((cli, commands)) => {
-                        let cli: Arc<ClaudeSession> = Arc::from(cli);
+                    Ok(started) => {
+                        if let Some(d) = &self.durable {
+                            for f in &started.mirrored {
+                                d.mirror.frame(&f.raw);
+                            }
+                        }
+                        if started.warmed && !self.resumable {
+                            self.warmed_empty = true;
+                        }
+                        let cli: Arc<ClaudeSession> = Arc::from(started.cli);
                         self.watch_mcp(cli.clone());
                         self.cli = Cli::Live(cli);
-                        self.slash_commands = commands;
+                        self.slash_commands = started.commands;
                         for w in std::mem::take(&mut self.warm_waiters) {
                             self.deliver(w, Ok(()));
                         }

@@ -192,7 +192,7 @@ impl Task {
         if self.cli_idle() && self.customizations_changed() {
             tracing::info!(session = %self.id, "restarting the CLI for changed customizations");
             self.stop_cli().await;
-            self.start_cli();
+            self.start_cli(true);
         }
     }
 

@@ -95,7 +95,7 @@ impl Task {
     pub(super) fn rewarm(&mut self, why: &str) {
         if matches!(self.cli, Cli::None) && !self.closing && self.turn.is_none() {
             tracing::debug!(session = %self.id, why, "starting Claude Code ahead of a prompt");
-            self.start_cli();
+            self.start_cli(true);
         }
     }
 

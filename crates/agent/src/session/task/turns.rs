@@ -125,8 +125,9 @@ impl Task {
             self.stop_cli().await;
         }
         match &self.cli {
-            Cli::Starting(_) => {}
-            Cli::None => self.start_cli(),
+            // A prompt waits for it: no warm-up turn, unless one has begun.
+            Cli::Starting(_) => self.warm_up_wanted.store(false, Ordering::SeqCst),
+            Cli::None => self.start_cli(false),
             Cli::Live(cli) => {
                 let cli = cli.clone();
                 if self.agent_pending(&cli) {
