@@ -74,6 +74,39 @@ pub(crate) fn subagents_from_transcripts(
     out
 }
 
+/// Whether the transcript of the subagent called by `call` (among `paths`) ends with its
+/// final answer: an assistant entry that stopped for any reason but a tool call. The CLI
+/// reports a subagent's end before its transcript's last lines are on disk.
+pub(crate) fn subagent_transcript_ended(paths: &[std::path::PathBuf], call: &str) -> bool {
+    let Some(path) = paths.iter().find(|p| {
+        std::fs::read(p.with_extension("meta.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|m| m.get("toolUseId").and_then(Value::as_str) == Some(call))
+    }) else {
+        return false;
+    };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let last = text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| {
+            matches!(
+                e.get("type").and_then(Value::as_str),
+                Some("user" | "assistant")
+            )
+        });
+    last.is_some_and(|e| {
+        e.get("type").and_then(Value::as_str) == Some("assistant")
+            && e.pointer("/message/stop_reason")
+                .and_then(Value::as_str)
+                .is_some_and(|r| r != "tool_use")
+    })
+}
+
 /// A subagent transcript's turns: every entry is on its side chain, in file order.
 fn subagent_turns(t: &Transcript) -> Vec<Turn> {
     let entries = t

@@ -20,7 +20,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The response body type: whole or streamed.
 pub(crate) type Body = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -194,7 +194,10 @@ async fn messages<B: RequestBody>(
         }
     };
     if parsed.classified.kind == RequestKind::WarmUp && !subagent_header {
-        tracing::debug!(session = %Safe(&session), "answered a warm-up turn locally");
+        // The session's first real call follows: have the upstream ready for it (a token,
+        // the catalog, a connection), as part of the warm-up rather than of that call.
+        let prepared = tokio::time::timeout(WARM_UP_PREPARE, state.upstream().prepare()).await;
+        tracing::debug!(session = %Safe(&session), prepared = prepared.is_ok(), "answered a warm-up turn locally");
         return warm_up_answer(&parsed.model, parsed.stream);
     }
     let upstream = state.upstream();
@@ -605,6 +608,9 @@ pub(crate) fn upstream_error(e: &UpstreamError) -> Response<Body> {
     tracing::warn!(error = %e, "upstream failure");
     error(status, kind, e.to_string())
 }
+
+/// How long a warm-up turn waits for the upstream to get ready before it is answered anyway.
+const WARM_UP_PREPARE: Duration = Duration::from_secs(3);
 
 /// The answer to the host's warm-up turn, made here: the turn exists only to run the CLI's
 /// first-turn code ahead of a real prompt, and is cut from the conversation right after, so

@@ -131,6 +131,14 @@ impl Upstream for AnthropicUpstream {
             .await
     }
 
+    async fn prepare(&self) {
+        let _ = self.catalog().await;
+        let url = format!("{}/v1/messages", self.base_url);
+        if let Err(e) = self.stream.preconnect(&url).await {
+            tracing::debug!(error = %e, "could not connect to the Anthropic API ahead of a call");
+        }
+    }
+
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {
         let mut headers = vec![
             ("x-api-key", self.api_key.clone()),

@@ -505,6 +505,17 @@ impl Upstream for CopilotUpstream {
         Ok(self.cached_catalog().await?.1)
     }
 
+    async fn prepare(&self) {
+        let Ok(tok) = self.token().await else {
+            return;
+        };
+        let _ = self.catalog().await;
+        let url = format!("{}/v1/messages", self.api_base(&tok));
+        if let Err(e) = self.inner.stream.preconnect(&url).await {
+            tracing::debug!(error = %e, "could not connect to the Copilot API ahead of a call");
+        }
+    }
+
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError> {
         let tok = self.token().await?;
         let mut resp = self.send_messages(&call, &tok).await?;

@@ -167,6 +167,25 @@ impl H1Client {
         }
     }
 
+    /// Opens a connection to `uri`'s host ahead of a request and keeps it in the pool, unless
+    /// one is idle there already: the request that follows skips the connect (and the TLS
+    /// handshake).
+    pub(crate) async fn preconnect(&self, uri: &http::Uri) -> Result<(), H1Error> {
+        let key = pool_key(uri);
+        if self
+            .pool
+            .lock()
+            .idle
+            .get(&key)
+            .is_some_and(|l| !l.is_empty())
+        {
+            return Ok(());
+        }
+        let io = self.connect(uri).await?;
+        self.pool.checkin(key, io);
+        Ok(())
+    }
+
     async fn connect(&self, uri: &http::Uri) -> Result<Io, H1Error> {
         use tower_service::Service;
         let mut connector = self.connector.clone();
@@ -192,11 +211,7 @@ pub(crate) struct Encoded {
 
 impl Encoded {
     pub(crate) fn new(uri: &http::Uri, headers: &http::HeaderMap, body: &Bytes) -> Encoded {
-        let key = format!(
-            "{}://{}",
-            uri.scheme_str().unwrap_or("http"),
-            uri.authority().map_or("", |a| a.as_str())
-        );
+        let key = pool_key(uri);
         let mut head = encode_head(uri, headers, body.len());
         let rest = if body.len() <= INLINE_BODY {
             head.extend_from_slice(body);
@@ -211,6 +226,15 @@ impl Encoded {
             rest,
         }
     }
+}
+
+/// Which pooled connections can serve `uri`: its scheme and authority.
+fn pool_key(uri: &http::Uri) -> String {
+    format!(
+        "{}://{}",
+        uri.scheme_str().unwrap_or("http"),
+        uri.authority().map_or("", |a| a.as_str())
+    )
 }
 
 /// A failed exchange; `stale` when no byte of a response arrived (the request may be sent

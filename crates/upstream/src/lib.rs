@@ -237,6 +237,13 @@ pub trait Upstream: Send + Sync + 'static {
     /// [`UpstreamResponse`] with their status; `Err` is for failures with no HTTP reply.
     async fn messages(&self, call: MessagesCall) -> Result<UpstreamResponse, UpstreamError>;
 
+    /// Gets ready for a call that is about to come (a session's CLI warming up): whatever the
+    /// first call would otherwise wait for (credentials, the catalog, a connection). Failures
+    /// are the call's to report.
+    async fn prepare(&self) {
+        let _ = self.catalog().await;
+    }
+
     /// Whether `anthropic-beta` must be filtered through the allowlist for this upstream.
     fn filters_betas(&self) -> bool {
         false

@@ -102,6 +102,18 @@ impl StreamClient {
         }
     }
 
+    /// Opens a connection for a call to `url` that is about to come (see
+    /// `H1Client::preconnect`); nothing for targets that go through a proxy.
+    pub async fn preconnect(&self, url: &str) -> Result<(), UpstreamError> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| UpstreamError::Transport(format!("invalid upstream URL {url}: {e}")))?;
+        match &self.h1 {
+            Some(h1) if self.matcher.intercept(&uri).is_none() => Ok(h1.preconnect(&uri).await?),
+            _ => Ok(()),
+        }
+    }
+
     async fn post_reqwest(
         &self,
         url: &str,

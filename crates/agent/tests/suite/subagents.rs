@@ -294,10 +294,17 @@ async fn a_subagent_of_a_subagent_is_a_child_of_its_parents_chat() {
             "chat/toolCallStart",
             "chat/toolCallReady",
             "chat/toolCallComplete",
+            "chat/responsePart",
             "chat/usage",
             "chat/turnComplete"
         ]
     );
+    // Its answer too: read once its transcript holds it (the CLI reports the end first).
+    let answer = log
+        .iter()
+        .find(|(c, a)| c == inner && a["type"] == "chat/responsePart")
+        .unwrap();
+    assert!(answer.1.to_string().contains("Found a.txt."), "{answer:?}");
     let snap = s.snapshot().await.unwrap();
     assert_eq!(snap.session.chats.len(), 3);
     for uri in [outer, inner] {

@@ -478,7 +478,7 @@ async fn count_tokens_is_a_marked_local_estimate() {
 }
 
 #[tokio::test]
-async fn the_hosts_warm_up_turn_is_answered_here_and_never_reaches_the_upstream() {
+async fn the_hosts_warm_up_turn_is_answered_here_and_readies_the_upstream_for_the_next_call() {
     use claude_host_protocol::request_kind::WARM_UP_PROMPT;
     let e = env().await;
     let warm_up = |stream: bool| {
@@ -518,7 +518,17 @@ async fn the_hosts_warm_up_turn_is_answered_here_and_never_reaches_the_upstream(
     assert_eq!(whole["model"], "claude-sonnet-4-5");
     assert_eq!(whole["stop_reason"], "end_turn");
     assert!(e.fake.message_requests().is_empty());
-    // A prompt that only mentions it goes to the model.
+    // Answered once the upstream was readied: the catalog fetched, a connection open.
+    let fetched = e.fake.requests();
+    assert!(
+        fetched
+            .iter()
+            .any(|r| r.method == "GET" && r.path.starts_with("/models")),
+        "{:?}",
+        fetched.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+    let connections = e.fake.connections();
+    // A prompt that only mentions it goes to the model, on the connection made ahead.
     e.fake
         .push(rule(Match::Always, Reply::text("from the model")));
     let asked = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
@@ -526,4 +536,5 @@ async fn the_hosts_warm_up_turn_is_answered_here_and_never_reaches_the_upstream(
     let resp: Value = e.messages(asked).await.json().await.unwrap();
     assert_eq!(resp["content"][0]["text"], "from the model");
     assert_eq!(e.fake.message_requests().len(), 1);
+    assert_eq!(e.fake.connections(), connections, "no new connection");
 }

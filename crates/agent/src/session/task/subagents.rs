@@ -111,6 +111,9 @@ impl ChildTurn {
     }
 }
 
+/// How long a nested subagent's transcript is waited for after its end is reported.
+const NESTED_TRANSCRIPT_WAIT: Duration = Duration::from_secs(2);
+
 /// How a subagent's turn ended.
 pub(crate) enum ChildEnd {
     Complete,
@@ -506,10 +509,23 @@ impl Task {
             let internal = self.internal_tx.clone();
             tokio::spawn(async move {
                 let read_call = call.clone();
+                let complete = matches!(end, ChildEnd::Complete);
                 let turns = tokio::task::spawn_blocking(move || {
-                    let paths =
-                        claude_host_sdk::transcripts::subagent_transcripts(&config, &session)
-                            .unwrap_or_default();
+                    // Its last lines may still be on their way to the disk: wait for them a
+                    // little (a subagent that failed or was stopped has no final answer).
+                    let deadline = std::time::Instant::now() + NESTED_TRANSCRIPT_WAIT;
+                    let paths = loop {
+                        let paths =
+                            claude_host_sdk::transcripts::subagent_transcripts(&config, &session)
+                                .unwrap_or_default();
+                        if !complete
+                            || crate::restore::subagent_transcript_ended(&paths, &read_call)
+                            || std::time::Instant::now() >= deadline
+                        {
+                            break paths;
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    };
                     crate::restore::subagents_from_transcripts(&paths)
                         .into_iter()
                         .find(|r| r.call == read_call)
