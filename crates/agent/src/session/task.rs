@@ -1263,6 +1263,7 @@ impl Task {
         while let Ok(msg) = self.internal.try_recv() {
             drop(msg);
         }
+        self.forget_warm_up_transcript().await;
         if let Some(w) = self.writer.take() {
             drop(w.records);
             let _ = w.job.await;

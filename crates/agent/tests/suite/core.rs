@@ -882,3 +882,35 @@ async fn no_warm_up_turn_where_a_hook_would_see_it() {
     assert!(!transcript_text(&e, s.id()).contains(WARM_UP_PROMPT));
     s.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_closed_with_only_a_warm_up_leaves_no_transcript() {
+    let e = env().await;
+    let agent = e.agent(None).await;
+    let config = e.dir.path().join(".claude");
+    let draft = || {
+        action(
+            json!({"type": "chat/draftChanged", "draft": {"text": "w", "origin": {"kind": "user"}}}),
+        )
+    };
+    // Closed once warmed up, and closed while warming up (the close lets the cut finish).
+    for wait_for_it in [true, false] {
+        let s = agent.create_session(Default::default()).await.unwrap();
+        s.dispatch(ChannelKind::Chat, draft(), origin(1))
+            .await
+            .unwrap();
+        if wait_for_it {
+            assert!(s.wait_cli(true, WAIT).await);
+            assert!(
+                claude_host_sdk::transcripts::find_session(&config, s.id()).is_ok(),
+                "the warm-up wrote a transcript"
+            );
+        }
+        let id = s.id().to_owned();
+        s.close().await;
+        assert!(
+            claude_host_sdk::transcripts::find_session(&config, &id).is_err(),
+            "nothing of the warm-up is left (waited: {wait_for_it})"
+        );
+    }
+}

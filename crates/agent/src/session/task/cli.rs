@@ -6,6 +6,8 @@ use claude_host_sdk::WarmUpError;
 
 /// How long each step of a warm-up turn may take (listing hooks, the turn, the cut).
 const WARM_UP_LIMIT: Duration = Duration::from_secs(10);
+/// How long stopping a starting CLI waits for its warm-up turn to be cut.
+const WARM_UP_SETTLE: Duration = Duration::from_secs(2);
 
 /// A CLI that started, for the task.
 pub(crate) struct StartedCli {
@@ -56,9 +58,7 @@ impl TranscriptFix {
                 None => None,
             };
             if parent.is_none() || remove {
-                if let Err(e) = claude_host_sdk::transcripts::delete_session(&config, &id) {
-                    tracing::warn!(session = %id, error = %e, "could not remove a transcript that holds only a warm-up turn");
-                }
+                remove_warm_up_transcript(&config, &id);
                 return Some(None);
             }
             Some(parent)
@@ -79,6 +79,16 @@ impl TranscriptFix {
                 opts.session_id = Some(self.id);
             }
             None => {}
+        }
+    }
+}
+
+/// Removes a transcript that holds only a warm-up turn (blocking).
+fn remove_warm_up_transcript(config: &std::path::Path, id: &str) {
+    match claude_host_sdk::transcripts::delete_session(config, id) {
+        Ok(()) | Err(claude_host_sdk::transcripts::TranscriptError::NotFound(_)) => {}
+        Err(e) => {
+            tracing::warn!(session = %id, error = %e, "could not remove a transcript that holds only a warm-up turn");
         }
     }
 }
@@ -357,9 +367,22 @@ impl Task {
                 }
                 Err(shared) => shared.kill(),
             },
-            Cli::Starting(job) => {
-                // A warm-up turn stopped midway may be in the transcript, uncut.
+            Cli::Starting(mut job) => {
+                // Whatever the job still reports is stale.
+                self.generation += 1;
                 if let Some(uuid) = self.warm_up_in_flight.take() {
+                    // Before the session's first turn, all its transcript can hold is this.
+                    if !self.resumable {
+                        self.warmed_empty = true;
+                    }
+                    // A warm-up turn is cut within a few hundred milliseconds: let it finish,
+                    // so the transcript does not keep it. Its CLI, handed over in a message
+                    // this task no longer takes, dies with that message.
+                    if tokio::time::timeout(WARM_UP_SETTLE, &mut job).await.is_ok() {
+                        self.settling = None;
+                        return;
+                    }
+                    // Stopped midway, it may be in the transcript, uncut.
                     self.uncut_warm_up = Some(uuid);
                 }
                 job.abort();
@@ -369,6 +392,19 @@ impl Task {
             Cli::None => {}
         }
         self.settling = None;
+    }
+
+    /// Removes the transcript of a session that had a warm-up turn and no turn of its own:
+    /// it holds nothing of the user's, and a later resume would bring the warm-up back.
+    pub(super) async fn forget_warm_up_transcript(&mut self) {
+        if self.resumable || !std::mem::take(&mut self.warmed_empty) {
+            return;
+        }
+        let Some(config) = self.config_dir() else {
+            return;
+        };
+        let id = self.id.clone();
+        let _ = tokio::task::spawn_blocking(move || remove_warm_up_transcript(&config, &id)).await;
     }
 
     pub(super) async fn on_internal(&mut self, msg: Internal) {
