@@ -40,16 +40,7 @@ pub(crate) fn subagents_from_transcripts(
 ) -> Vec<crate::subagent::RestoredSubagent> {
     let mut out = Vec::new();
     for path in paths {
-        let meta_path = path.with_extension("meta.json");
-        let call = std::fs::read(&meta_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|m| {
-                m.get("toolUseId")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
-        let Some(call) = call else {
+        let Some(call) = subagent_call(path) else {
             tracing::debug!(path = %path.display(), "a subagent transcript without its tool call; skipped");
             continue;
         };
@@ -74,16 +65,25 @@ pub(crate) fn subagents_from_transcripts(
     out
 }
 
+/// The tool call that started the subagent whose transcript is `path` (from the
+/// `agent-<id>.meta.json` beside it).
+fn subagent_call(path: &std::path::Path) -> Option<String> {
+    let meta = std::fs::read(path.with_extension("meta.json")).ok()?;
+    serde_json::from_slice::<Value>(&meta)
+        .ok()?
+        .get("toolUseId")?
+        .as_str()
+        .map(str::to_owned)
+}
+
 /// Whether the transcript of the subagent called by `call` (among `paths`) ends with its
 /// final answer: an assistant entry that stopped for any reason but a tool call. The CLI
 /// reports a subagent's end before its transcript's last lines are on disk.
 pub(crate) fn subagent_transcript_ended(paths: &[std::path::PathBuf], call: &str) -> bool {
-    let Some(path) = paths.iter().find(|p| {
-        std::fs::read(p.with_extension("meta.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|m| m.get("toolUseId").and_then(Value::as_str) == Some(call))
-    }) else {
+    let Some(path) = paths
+        .iter()
+        .find(|p| subagent_call(p).as_deref() == Some(call))
+    else {
         return false;
     };
     let Ok(text) = std::fs::read_to_string(path) else {

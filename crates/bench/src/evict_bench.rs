@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Baseline: CLIs kept.
     let base_n = active + 5;
-    let kept = agent(&fake, &dir, None).await?;
+    let kept = agent(&fake, &dir, None, true).await?;
     let before = total_mib();
     let mut handles = Vec::new();
     for _ in 0..base_n {
@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
     let per_live = kept_mib / base_n as f64;
 
     // Eviction on.
-    let evicting = agent(&fake, &dir, Some(IDLE)).await?;
+    let evicting = agent(&fake, &dir, Some(IDLE), true).await?;
     let start = total_mib();
     let t = Instant::now();
     let mut open = Vec::new();
@@ -112,11 +112,7 @@ async fn main() -> anyhow::Result<()> {
     let mut warm_t = Vec::new();
     let cold_t = after_draft(open.iter().skip(active).take(5), warm, &mut warm_t).await?;
     // The same without the warm-up turn: an agent of its own, its sessions evicted too.
-    let plain = common::agent_for(&fake, &dir, None, |c| {
-        c.cli_idle = Some(IDLE);
-        c.warm_up = false;
-    })
-    .await?;
+    let plain = agent(&fake, &dir, Some(IDLE), false).await?;
     let mut unwarmed = Vec::new();
     for _ in 0..5 {
         let s = plain.create_session(Default::default()).await?;
@@ -183,6 +179,11 @@ async fn agent(
     fake: &FakeUpstream,
     dir: &std::path::Path,
     cli_idle: Option<Duration>,
+    warm_up: bool,
 ) -> anyhow::Result<Agent> {
-    common::agent_for(fake, dir, None, |c| c.cli_idle = cli_idle).await
+    common::agent_for(fake, dir, None, |c| {
+        c.cli_idle = cli_idle;
+        c.warm_up = warm_up;
+    })
+    .await
 }

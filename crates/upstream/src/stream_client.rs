@@ -89,9 +89,7 @@ impl StreamClient {
         headers: http::HeaderMap,
         body: Bytes,
     ) -> Result<StreamReply, UpstreamError> {
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|e| UpstreamError::Transport(format!("invalid upstream URL {url}: {e}")))?;
+        let uri = parse_url(url)?;
         match &self.h1 {
             Some(h1) if self.matcher.intercept(&uri).is_none() => {
                 let request = crate::h1::Encoded::new(&uri, &headers, &body);
@@ -105,9 +103,7 @@ impl StreamClient {
     /// Opens a connection for a call to `url` that is about to come (see
     /// `H1Client::preconnect`); nothing for targets that go through a proxy.
     pub async fn preconnect(&self, url: &str) -> Result<(), UpstreamError> {
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|e| UpstreamError::Transport(format!("invalid upstream URL {url}: {e}")))?;
+        let uri = parse_url(url)?;
         match &self.h1 {
             Some(h1) if self.matcher.intercept(&uri).is_none() => Ok(h1.preconnect(&uri).await?),
             _ => Ok(()),
@@ -137,4 +133,10 @@ impl StreamClient {
             ),
         })
     }
+}
+
+/// An upstream URL as a URI, or why it is not one.
+fn parse_url(url: &str) -> Result<http::Uri, UpstreamError> {
+    url.parse()
+        .map_err(|e| UpstreamError::Transport(format!("invalid upstream URL {url}: {e}")))
 }
