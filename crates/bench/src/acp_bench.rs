@@ -5,6 +5,11 @@
 //! at once, as a script would; and 2 s later, as a person types), a later prompt's, and RSS
 //! per idle session (the agent and its CLIs).
 //!
+//! A third line, in the same run, gives the floor under the typed first prompt: the same CLI
+//! driven directly over stream-json (no ACP agent, no host), warmed up and cut as claude-host
+//! does, its first prompt 2 s after its spawn → first text delta. That is what the CLI alone takes for
+//! the first message of a conversation; the host can only add to it.
+//!
 //! The peer reaches the fake through a claude-host proxy in this process (it cannot sign in
 //! to Copilot itself), so the proxy's memory and CPU count against claude-host only.
 //!
@@ -20,9 +25,12 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use anyhow::Context;
+use claude_host_protocol::stream_json::FrameKind;
+use claude_host_sdk::{ClaudeSession, DenyAll, SessionOptions};
 use claude_host_testkit::fake::Reply;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
@@ -294,10 +302,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
+    let mut floor = Vec::new();
     for n in 0..rounds {
         // Alternating, so a drift of the machine affects both alike.
         ours.push(round(&env, Side::Ours, n).await?);
         theirs.push(round(&env, Side::Peer, n).await?);
+        floor.push(bare_cli_first_prompt(&env, n).await?);
     }
     if std::env::var_os("BENCH_AGENT_LOG").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -305,6 +315,7 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("logs in {}", dir.display());
     }
     report(&ours, &theirs, rounds);
+    report_floor(&floor, &ours, &theirs);
     Ok(())
 }
 
@@ -356,4 +367,71 @@ fn report(ours: &[Figures], theirs: &[Figures], rounds: usize) {
             range(theirs)
         );
     }
+}
+
+/// The typed first prompt on the bare CLI: spawned with a fresh `HOME`, initialized, warmed
+/// up and cut by the same SDK code claude-host uses, then prompted 2 s after the spawn.
+/// Milliseconds from writing the prompt to the first `content_block_delta`.
+async fn bare_cli_first_prompt(env: &Env, round: usize) -> anyhow::Result<f64> {
+    let home = env.dir.join(format!("Bare-{round}"));
+    let work = home.join("work");
+    std::fs::create_dir_all(&work)?;
+    let mut opts = SessionOptions::new(
+        env.cli.clone(),
+        work,
+        env.proxy_url.clone(),
+        env.proxy_token.clone(),
+    );
+    opts.include_partial_messages = true;
+    opts.extra_env = vec![("HOME".into(), home.display().to_string())];
+    // Timed from the spawn, as claude-host's CLI is started at `session/new`: the prompt
+    // meets the CLI at the same point of its start-up work.
+    let spawned = Instant::now();
+    let mut cli = ClaudeSession::spawn(opts, Arc::new(DenyAll))?;
+    cli.initialize(None, serde_json::json!({})).await?;
+    cli.warm_up(&uuid::Uuid::new_v4().to_string(), Duration::from_secs(10))
+        .await
+        .map_err(|e| anyhow::anyhow!("bare CLI warm-up: {e}"))?;
+    tokio::time::sleep(TYPING.saturating_sub(spawned.elapsed())).await;
+    let t = Instant::now();
+    cli.send_user(serde_json::json!("typed ping"), None, None)
+        .await?;
+    let mut first = None;
+    while let Some(frame) = tokio::time::timeout(Duration::from_secs(30), cli.next_frame())
+        .await
+        .context("the bare CLI did not answer")?
+    {
+        let frame = frame?;
+        let delta = frame.kind == FrameKind::StreamEvent
+            && frame
+                .get("event")
+                .and_then(|e| e.get("type"))
+                .and_then(|t| t.as_str())
+                == Some("content_block_delta");
+        if delta && first.is_none() {
+            first = Some(t.elapsed());
+        }
+        if frame.kind == FrameKind::Result {
+            break;
+        }
+    }
+    let _ = cli.close().await;
+    let first = first.context("the bare CLI's turn streamed no text")?;
+    Ok(first.as_secs_f64() * 1e3)
+}
+
+fn report_floor(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
+    let lo = floor.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = floor.iter().copied().fold(0.0, f64::max);
+    let bare = median(floor.to_vec());
+    let typed = |v: &[Figures]| median(v.iter().map(|f| f.typed_first_chunk_ms).collect());
+    let (ours, theirs) = (typed(ours), typed(theirs));
+    println!();
+    println!(
+        "floor: the bare CLI, warmed up and cut, first prompt 2 s after its spawn → first text delta: \
+         {bare:.1} ms ({lo:.1}..{hi:.1}); claude-host adds {:.1} ms; the peer's figure over this \
+         floor: {:.2}× (the most any host could reach with this CLI's warm-up)",
+        ours - bare,
+        if bare > 0.0 { theirs / bare } else { 0.0 },
+    );
 }
