@@ -620,6 +620,7 @@ impl Agent {
             customs,
             cli_idle: self.config.cli_idle,
             warm_up: self.config.warm_up,
+            uncut_warm_up: None,
             meters: self.meters.clone(),
             on_exit: self.on_exit(&id),
             id,
@@ -1040,6 +1041,10 @@ impl Agent {
             Some(self.config.idle_eviction),
         );
         spec.subagents = subagents;
+        spec.uncut_warm_up = crate::restore::uncut_warm_up(&transcript);
+        if let Some(u) = &spec.uncut_warm_up {
+            tracing::info!(session = %id, warm_up = %u, "the transcript ends in a warm-up turn that was not cut; the next CLI resumes before it");
+        }
         let mut reg = lock(&self.registry);
         // A concurrent open may have won; keep one.
         if let Some(existing) = reg.by_id.get(id) {

@@ -29,7 +29,27 @@ fn content(entry: &Map<String, Value>) -> Option<UserContent> {
 /// human prompt; assistant text, thinking and tool calls, and the tool results that answer
 /// them, make its response parts.
 pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
-    turns_of(t.main_chain(), false)
+    let mut chain = t.main_chain();
+    if let Some(at) = uncut_warm_up_at(&chain) {
+        chain.truncate(at);
+    }
+    turns_of(chain, false)
+}
+
+/// The id of a warm-up turn at the end of the main chain: a host stopped (killed, crashed)
+/// between its warm-up turn and the cut. No client sees it, and the next CLI resumes before
+/// it, so the model never does either.
+pub(crate) fn uncut_warm_up(t: &Transcript) -> Option<String> {
+    let chain = t.main_chain();
+    let at = uncut_warm_up_at(&chain)?;
+    chain[at].get("uuid")?.as_str().map(str::to_owned)
+}
+
+/// Where in `chain` an uncut warm-up prompt sits, when it is the chain's last prompt.
+fn uncut_warm_up_at(chain: &[&Map<String, Value>]) -> Option<usize> {
+    let at = chain.iter().rposition(|e| is_prompt_entry(e))?;
+    let text = content(chain[at]).map(|c| prompt_text(&c))?;
+    (text.trim() == claude_host_protocol::request_kind::WARM_UP_PROMPT).then_some(at)
 }
 
 /// The subagents of a session from their transcripts (`agent-<id>.jsonl`, each with the
@@ -364,6 +384,8 @@ pub fn title(t: &Transcript) -> Option<String> {
                 .into_iter()
                 .filter(|e| is_prompt_entry(e))
                 .find_map(|e| content(e).map(|c| prompt_text(&c)))
+                // A warm-up left uncut is no one's words.
+                .filter(|p| p.trim() != claude_host_protocol::request_kind::WARM_UP_PROMPT)
                 .map(|p| p.lines().next().unwrap_or("").chars().take(80).collect())
         })
         .filter(|s: &String| !s.is_empty())

@@ -817,6 +817,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         edits,
         cli_idle: s.cli_idle,
         warm_up: false,
+        uncut_warm_up: None,
         meters: None,
         on_exit: Box::new(|_| {}),
     })

@@ -311,6 +311,9 @@ pub(crate) struct SessionSpec {
     pub warm_up: bool,
     /// A transcript exists under `id`: the first CLI resumes it.
     pub resumable: bool,
+    /// The transcript ends in a warm-up turn nobody cut (its prompt's id): the first CLI
+    /// resumes before it.
+    pub uncut_warm_up: Option<String>,
     pub created_at: i64,
     pub store: Option<Arc<dyn Store>>,
     pub overlay: Overlay,
@@ -585,7 +588,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
         warm_up: spec.warm_up,
         warm_up_in_flight: None,
         warm_up_wanted: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        uncut_warm_up: None,
+        uncut_warm_up: spec.uncut_warm_up,
         warmed_empty: false,
         restart_needed: false,
         resume_at: None,

@@ -767,6 +767,16 @@ async fn typing_a_prompt_starts_the_cli_and_tells_it_between_turns_once_per_ten_
     assert_eq!(s.status().materializations, 1);
 }
 
+/// The roles of a model request's messages, in order.
+fn roles(request: &serde_json::Value) -> Vec<&str> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect()
+}
+
 /// The session's transcript file, as text.
 fn transcript_text(e: &Env, id: &str) -> String {
     let path = claude_host_sdk::transcripts::find_session(&e.dir.path().join(".claude"), id)
@@ -835,13 +845,7 @@ async fn a_cli_started_ahead_of_a_prompt_runs_a_warm_up_turn_nobody_sees() {
         "the warm-up is not in the history"
     );
     // The first prompt (with the CLI's environment message), its answer, the second prompt.
-    let roles: Vec<&str> = last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
-    assert_eq!(roles, ["user", "system", "assistant", "user"]);
+    assert_eq!(roles(&last), ["user", "system", "assistant", "user"]);
     assert_eq!(turn_states(&s).await, ["complete", "complete"]);
     // The transcript's conversation is the two turns.
     let t =
@@ -913,4 +917,79 @@ async fn a_session_closed_with_only_a_warm_up_leaves_no_transcript() {
             "nothing of the warm-up is left (waited: {wait_for_it})"
         );
     }
+}
+
+/// A host killed between its warm-up turn and the cut leaves the warm-up at the end of the
+/// transcript. The next host shows none of it and resumes before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_left_uncut_by_a_killed_host_is_not_resumed() {
+    use claude_host_protocol::request_kind::WARM_UP_PROMPT;
+    use claude_host_protocol::stream_json::FrameKind;
+    let e = env().await;
+    let config = e.dir.path().join(".claude");
+    let id = {
+        let agent = e.agent(None).await;
+        let s = agent.create_session(Default::default()).await.unwrap();
+        s.send("remember the word heliotrope").await.unwrap();
+        let id = s.id().to_owned();
+        s.close().await;
+        id
+    };
+    // What the killed host left: the CLI ran the warm-up turn on the resumed session, and
+    // nothing cut it.
+    let mut opts = claude_host_sdk::SessionOptions::new(
+        claude_host_testkit::cli::pinned_cli().unwrap(),
+        e.dir.path().join("work"),
+        e.proxy.base_url(),
+        e.proxy.auth_token(&id),
+    );
+    opts.config_dir = Some(config.clone());
+    opts.resume = Some(id.clone());
+    opts.extra_env
+        .push(("HOME".into(), e.dir.path().display().to_string()));
+    let mut cli =
+        claude_host_sdk::ClaudeSession::spawn(opts, Arc::new(claude_host_sdk::DenyAll)).unwrap();
+    cli.initialize(None, json!({})).await.unwrap();
+    cli.send_user(
+        json!([{"type": "text", "text": WARM_UP_PROMPT}]),
+        Some(&uuid::Uuid::new_v4().to_string()),
+        None,
+    )
+    .await
+    .unwrap();
+    loop {
+        let frame = tokio::time::timeout(WAIT, cli.next_frame())
+            .await
+            .expect("the warm-up turn ends")
+            .expect("the CLI is up")
+            .unwrap();
+        if frame.kind == FrameKind::Result {
+            break;
+        }
+    }
+    drop(cli);
+    let t = claude_host_sdk::transcripts::read_session(&config, &id).unwrap();
+    assert!(
+        t.main_chain()
+            .iter()
+            .any(|m| serde_json::to_string(m).unwrap().contains(WARM_UP_PROMPT)),
+        "the warm-up is on the conversation's chain"
+    );
+    let before = e.fake.message_requests().len();
+
+    let agent = e.agent(None).await;
+    let s = agent.open_session(&id).await.unwrap();
+    let turns = s.state().await.turns;
+    assert_eq!(turns.len(), 1, "only the real turn is restored");
+    assert_eq!(turns[0].message.text, "remember the word heliotrope");
+    s.send("what was the word?").await.unwrap();
+    let requests = e.fake.message_requests();
+    assert_eq!(requests.len(), before + 1);
+    let last = requests[before].json();
+    let text = last.to_string();
+    assert!(text.contains("heliotrope"), "resumed with the history");
+    assert!(!text.contains(WARM_UP_PROMPT), "resumed before the warm-up");
+    assert_eq!(roles(&last), ["user", "system", "assistant", "user"]);
+    assert_eq!(turn_states(&s).await, ["complete", "complete"]);
+    s.close().await;
 }
