@@ -361,11 +361,16 @@ pub(crate) async fn open_store(
     if let Some(db) = db {
         return Ok(db.metadata.clone());
     }
+    let path = sqlite_path(home)?;
+    Ok(Arc::new(claude_host_store::SqliteStore::open(&path).await?))
+}
+
+/// The embedded database's file, its folder created (private) so that a failure to write it
+/// shows at start-up.
+fn sqlite_path(home: &std::path::Path) -> anyhow::Result<PathBuf> {
     claude_host_upstream::private_files::create_private_dir(home)
         .with_context(|| format!("cannot create the data directory {}", home.display()))?;
-    let path = home.join("sessions.sqlite");
-    let store = claude_host_store::SqliteStore::open(&path).await?;
-    Ok(Arc::new(store))
+    Ok(home.join("sessions.sqlite"))
 }
 
 /// The agent `run` and `serve` share: the pinned CLI, the host's session store, a loopback
@@ -401,7 +406,14 @@ pub(crate) async fn build_agent(
         });
     }
     let db = ctx.database().await?;
-    let store = open_store(&ctx.home, db.as_ref()).await?;
+    let store = match &db {
+        // An editor starts `acp` for each window, and many open no session: SQLite is only
+        // loaded when one needs it (docs/BENCHMARKS.md, ACP: RSS before the first session).
+        None if command == "acp" => Arc::new(claude_host_store::SqliteOnFirstUse::new(
+            &sqlite_path(&ctx.home)?,
+        )),
+        _ => open_store(&ctx.home, db.as_ref()).await?,
+    };
     let proxy = claude_host_proxy::start(
         claude_host_proxy::ProxyConfig {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),

@@ -13,7 +13,7 @@ mod postgres;
 mod sqlite;
 
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteOnFirstUse, SqliteStore};
 
 use async_trait::async_trait;
 use std::sync::Arc;

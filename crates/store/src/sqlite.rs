@@ -125,6 +125,51 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
     })
 }
 
+/// A [`SqliteStore`] opened at its first use, for a process that may never need one (an
+/// editor starts `claude-host acp` per window, and many windows open no session): until then
+/// none of SQLite's code or memory is touched. A failed open is returned to that use and tried
+/// again by the next.
+#[derive(Debug)]
+pub struct SqliteOnFirstUse {
+    path: std::path::PathBuf,
+    store: tokio::sync::OnceCell<SqliteStore>,
+}
+
+impl SqliteOnFirstUse {
+    /// A store for the database at `path`, not opened yet.
+    pub fn new(path: &Path) -> SqliteOnFirstUse {
+        SqliteOnFirstUse {
+            path: path.to_owned(),
+            store: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn opened(&self) -> Result<&SqliteStore, StoreError> {
+        self.store
+            .get_or_try_init(|| SqliteStore::open(&self.path))
+            .await
+    }
+}
+
+#[async_trait]
+impl Store for SqliteOnFirstUse {
+    async fn put(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.opened().await?.put(record).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.opened().await?.get(id).await
+    }
+
+    async fn list(&self, include_archived: bool) -> Result<Vec<SessionRecord>, StoreError> {
+        self.opened().await?.list(include_archived).await
+    }
+
+    async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        Store::delete(self.opened().await?, id).await
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn put(&self, r: &SessionRecord) -> Result<(), StoreError> {

@@ -551,6 +551,29 @@ impl Lines {
         })
         .await
     }
+
+    /// `initialize` as request 0, answered with protocol version 1.
+    async fn initialize(&mut self) {
+        self.request(
+            0,
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        )
+        .await;
+        let init = self.response(0).await;
+        assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    }
+
+    /// `session/new` in `cwd` as request `id`; the new session's id.
+    async fn new_session(&mut self, id: i64, cwd: &std::path::Path) -> String {
+        self.request(id, "session/new", json!({"cwd": cwd, "mcpServers": []}))
+            .await;
+        let created = self.response(id).await;
+        created["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {created}"))
+            .to_owned()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,13 +584,7 @@ async fn bad_input_gets_json_rpc_errors_and_the_connection_stays_up() {
         .push(rule(Match::LastUserContains("first prompt".into()), slow));
     let mut child = spawn_acp(h.cmd());
     let mut l = Lines::of(&mut child);
-    l.request(
-        0,
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {}}),
-    )
-    .await;
-    assert_eq!(l.response(0).await["result"]["protocolVersion"], 1);
+    l.initialize().await;
 
     l.send("{this is not json").await;
     let e = l
@@ -601,12 +618,7 @@ async fn bad_input_gets_json_rpc_errors_and_the_connection_stays_up() {
     .await;
     assert_eq!(l.response(4).await["error"]["code"], -32602);
 
-    l.request(5, "session/new", json!({"cwd": h.cwd(), "mcpServers": []}))
-        .await;
-    let id = l.response(5).await["result"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = l.new_session(5, &h.cwd()).await;
     l.request(
         6,
         "session/prompt",
@@ -658,6 +670,43 @@ async fn bad_input_gets_json_rpc_errors_and_the_connection_stays_up() {
     assert!(status.success());
 }
 
+/// The embedded database is opened at its first use (an editor starts `acp` per window):
+/// nothing opens it before a request needs it. A broken one does not stop the editor: it is
+/// a store that fails (logged, sessions listed from their transcripts, as when it fails later
+/// on), and it is tried again by the next use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_database_is_opened_at_its_first_use() {
+    let h = Host::new().await;
+    std::fs::create_dir_all(h.home()).unwrap();
+    let db = h.home().join("sessions.sqlite");
+    let mut child = spawn_acp(h.cmd());
+    let mut l = Lines::of(&mut child);
+    l.initialize().await;
+    assert!(!db.exists(), "not opened by initialize");
+    // Broken before its first use.
+    std::fs::write(&db, vec![0x5a_u8; 8192]).unwrap();
+    l.request(1, "session/list", json!({})).await;
+    let list = l.response(1).await;
+    assert_eq!(list["result"]["sessions"], json!([]), "{list}");
+    // Mended: the next use opens it, and the session's record is kept.
+    std::fs::remove_file(&db).unwrap();
+    let id = l.new_session(2, &h.cwd()).await;
+    // A session is kept from its first prompt.
+    l.request(
+        3,
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "hello"}]}),
+    )
+    .await;
+    assert_eq!(l.response(3).await["result"]["stopReason"], "end_turn");
+    drop(l);
+    let status = timed("the host's exit", child.wait()).await.unwrap();
+    assert!(status.success());
+    let store = claude_host_store::SqliteStore::open(&db).await.unwrap();
+    let record = claude_host_store::Store::get(&store, &id).await.unwrap();
+    assert!(record.is_some(), "the session's record is in the database");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_started_in_vs_code_are_listed_and_loaded_in_the_editor() {
     let h = Host::new().await;
@@ -687,13 +736,7 @@ async fn sessions_started_in_vs_code_are_listed_and_loaded_in_the_editor() {
 
     let mut child = spawn_acp(h.cmd());
     let mut l = Lines::of(&mut child);
-    l.request(
-        0,
-        "initialize",
-        json!({"protocolVersion": 1, "clientCapabilities": {}}),
-    )
-    .await;
-    l.response(0).await;
+    l.initialize().await;
     l.request(1, "session/list", json!({})).await;
     let list = l.response(1).await;
     let entry = list["result"]["sessions"]
