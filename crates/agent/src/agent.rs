@@ -997,7 +997,10 @@ impl Agent {
         .await
         .map_err(|e| AgentError::Unsupported(format!("reading the transcript failed: {e}")))?
         .map_err(|_| AgentError::UnknownSession(id.to_owned()))?;
-        let turns = crate::restore::turns_from_transcript(&transcript);
+        let crate::restore::Conversation {
+            turns,
+            uncut_warm_up,
+        } = crate::restore::conversation(&transcript);
         let title = record
             .as_ref()
             .and_then(|r| r.title.clone())
@@ -1041,10 +1044,10 @@ impl Agent {
             Some(self.config.idle_eviction),
         );
         spec.subagents = subagents;
-        spec.uncut_warm_up = crate::restore::uncut_warm_up(&transcript);
-        if let Some(u) = &spec.uncut_warm_up {
+        if let Some(u) = &uncut_warm_up {
             tracing::info!(session = %id, warm_up = %u, "the transcript ends in a warm-up turn that was not cut; the next CLI resumes before it");
         }
+        spec.uncut_warm_up = uncut_warm_up;
         let mut reg = lock(&self.registry);
         // A concurrent open may have won; keep one.
         if let Some(existing) = reg.by_id.get(id) {

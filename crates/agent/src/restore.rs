@@ -29,20 +29,34 @@ fn content(entry: &Map<String, Value>) -> Option<UserContent> {
 /// human prompt; assistant text, thinking and tool calls, and the tool results that answer
 /// them, make its response parts.
 pub fn turns_from_transcript(t: &Transcript) -> Vec<Turn> {
-    let mut chain = t.main_chain();
-    if let Some(at) = uncut_warm_up_at(&chain) {
-        chain.truncate(at);
-    }
-    turns_of(chain, false)
+    conversation(t).turns
 }
 
-/// The id of a warm-up turn at the end of the main chain: a host stopped (killed, crashed)
-/// between its warm-up turn and the cut. No client sees it, and the next CLI resumes before
-/// it, so the model never does either.
-pub(crate) fn uncut_warm_up(t: &Transcript) -> Option<String> {
-    let chain = t.main_chain();
-    let at = uncut_warm_up_at(&chain)?;
-    chain[at].get("uuid")?.as_str().map(str::to_owned)
+/// A transcript's conversation as a session is restored from it.
+pub struct Conversation {
+    /// Its completed turns, oldest first (see [`turns_from_transcript`]).
+    pub turns: Vec<Turn>,
+    /// The prompt id of a warm-up turn at the end of the main chain: a host stopped (killed,
+    /// crashed) between its warm-up turn and the cut. It is not among `turns`, and the next
+    /// CLI resumes before it, so the model does not see it either.
+    pub uncut_warm_up: Option<String>,
+}
+
+/// The conversation of a transcript's main chain (one walk of it).
+pub fn conversation(t: &Transcript) -> Conversation {
+    let mut chain = t.main_chain();
+    let mut uncut_warm_up = None;
+    if let Some(at) = uncut_warm_up_at(&chain) {
+        uncut_warm_up = chain[at]
+            .get("uuid")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        chain.truncate(at);
+    }
+    Conversation {
+        turns: turns_of(chain, false),
+        uncut_warm_up,
+    }
 }
 
 /// Where in `chain` an uncut warm-up prompt sits, when it is the chain's last prompt.

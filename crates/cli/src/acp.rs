@@ -24,8 +24,16 @@ pub(crate) struct AcpArgs {
 pub(crate) async fn acp(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode> {
     let cwd = crate::setup::session_directory(args.cwd)?;
     let upstream = crate::setup::protocol_upstream(ctx)?;
-    let (agent, _usage) =
-        crate::setup::build_agent(ctx, cwd, args.allow_bypass_permissions, upstream, "acp").await?;
+    let (agent, _usage) = crate::setup::build_agent(
+        ctx,
+        cwd,
+        args.allow_bypass_permissions,
+        upstream,
+        "acp",
+        // Its footprint before the first session counts (docs/BENCHMARKS.md, ACP).
+        crate::setup::StoreOpening::OnFirstUse,
+    )
+    .await?;
     let agent = Arc::new(agent);
     // Checked in the background: `initialize` is answered at once, sessions wait for it.
     let stored = crate::setup::stored_sign_in(ctx, agent.clone())?;

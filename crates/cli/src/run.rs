@@ -44,9 +44,15 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
     };
     // Asked for on the command line by the user running it.
     let allow_bypass = args.permission_mode.as_deref() == Some("bypassPermissions");
-    let (agent, _usage) =
-        crate::setup::build_agent(ctx, cwd.clone(), allow_bypass, Some(ctx.upstream()?), "run")
-            .await?;
+    let (agent, _usage) = crate::setup::build_agent(
+        ctx,
+        cwd.clone(),
+        allow_bypass,
+        Some(ctx.upstream()?),
+        "run",
+        crate::setup::StoreOpening::AtStart,
+    )
+    .await?;
     let session = match &args.resume {
         Some(id) => {
             let s = agent

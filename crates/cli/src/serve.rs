@@ -124,6 +124,7 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
         args.allow_bypass_permissions,
         upstream,
         "serve",
+        crate::setup::StoreOpening::AtStart,
     )
     .await?;
     let agent = Arc::new(agent);

@@ -282,8 +282,15 @@ pub(crate) async fn run(
         }
         SessionsCommand::Rewind { id, to } => {
             let cwd = std::env::current_dir().context("no current directory")?;
-            let (agent, _usage) =
-                crate::setup::build_agent(ctx, cwd, false, None, "sessions").await?;
+            let (agent, _usage) = crate::setup::build_agent(
+                ctx,
+                cwd,
+                false,
+                None,
+                "sessions",
+                crate::setup::StoreOpening::AtStart,
+            )
+            .await?;
             let session = agent
                 .open_session(id)
                 .await

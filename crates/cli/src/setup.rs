@@ -373,6 +373,17 @@ fn sqlite_path(home: &std::path::Path) -> anyhow::Result<PathBuf> {
     Ok(home.join("sessions.sqlite"))
 }
 
+/// When the embedded database is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreOpening {
+    /// Before the agent is built: a database that cannot be opened stops the start.
+    AtStart,
+    /// At its first use, for a process that may never need it (`acp`: an editor starts one
+    /// per window, and many open no session). Until then none of SQLite is loaded; a failed
+    /// open is a store that fails, tried again by the next use.
+    OnFirstUse,
+}
+
 /// The agent `run` and `serve` share: the pinned CLI, the host's session store, a loopback
 /// proxy every session's CLI talks to (with `upstream`, or waiting for a GitHub sign-in when
 /// there is none), sessions in `cwd` unless a client says otherwise.
@@ -382,6 +393,7 @@ pub(crate) async fn build_agent(
     allow_bypass_permissions: bool,
     upstream: Option<Arc<dyn Upstream>>,
     command: &str,
+    opening: StoreOpening,
 ) -> anyhow::Result<(claude_host_agent::Agent, crate::usage::UsageRecorder)> {
     let (cli, origin) = claude_host_sdk::find::locate_path(
         ctx.opts.claude_path.as_deref(),
@@ -406,10 +418,8 @@ pub(crate) async fn build_agent(
         });
     }
     let db = ctx.database().await?;
-    let store = match &db {
-        // An editor starts `acp` for each window, and many open no session: SQLite is only
-        // loaded when one needs it (docs/BENCHMARKS.md, ACP: RSS before the first session).
-        None if command == "acp" => Arc::new(claude_host_store::SqliteOnFirstUse::new(
+    let store = match (&db, opening) {
+        (None, StoreOpening::OnFirstUse) => Arc::new(claude_host_store::SqliteOnFirstUse::new(
             &sqlite_path(&ctx.home)?,
         )),
         _ => open_store(&ctx.home, db.as_ref()).await?,
