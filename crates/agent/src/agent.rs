@@ -141,6 +141,11 @@ pub struct AgentConfig {
     pub keeper: Option<Arc<claude_host_sdk::Keeper>>,
     /// Where the agent's counters go (CLI starts, crashes, idle stops); `None`: not counted.
     pub meter: Option<opentelemetry::metrics::Meter>,
+    /// The model of Claude Code's small/fast calls (`None`: one the plan includes, when it
+    /// has one; else Claude Code's own choice).
+    pub small_model: Option<String>,
+    /// The model of every subagent (`None`: Claude Code's own choice, the session's model).
+    pub subagent_model: Option<String>,
 }
 
 impl AgentConfig {
@@ -164,6 +169,8 @@ impl AgentConfig {
             meter: None,
             cli_idle: Some(Duration::from_secs(300)),
             warm_up: true,
+            small_model: None,
+            subagent_model: None,
         }
     }
 }
@@ -502,6 +509,24 @@ impl Agent {
         ))
     }
 
+    /// The environment that names the models of Claude Code's roles for a new CLI (nothing
+    /// before a sign-in: the catalog decides the defaults).
+    async fn role_env(&self) -> Vec<(String, String)> {
+        let Ok(models) = self.models.catalog().await else {
+            return Vec::new();
+        };
+        let catalog = claude_host_upstream::Catalog {
+            models,
+            strict: true,
+        };
+        catalog
+            .roles(
+                self.config.small_model.as_deref(),
+                self.config.subagent_model.as_deref(),
+            )
+            .env()
+    }
+
     async fn checked_model(
         &self,
         models: &[SessionModelInfo],
@@ -833,6 +858,7 @@ impl Agent {
             new.working_directories.clone()
         };
         let mut opts = self.options(&id, dirs[0].clone(), &dirs[1..])?;
+        opts.extra_env.extend(self.role_env().await);
         opts.model = model;
         opts.effort = new.effort.clone();
         opts.permission_mode = new.permission_mode.clone().filter(|m| m != "default");
@@ -1020,6 +1046,7 @@ impl Agent {
             Err(e) => return Err(e),
         };
         let mut opts = self.options(id, cwd.clone(), &[])?;
+        opts.extra_env.extend(self.role_env().await);
         opts.model = record.as_ref().and_then(|r| r.model.clone());
         opts.effort = record.as_ref().and_then(|r| r.effort.clone());
         opts.permission_mode = record

@@ -273,7 +273,14 @@ pub fn model_info(m: &CatalogModel) -> SessionModelInfo {
     let mut meta = JsonObject::new();
     meta.insert("sdkId".into(), Value::String(m.sdk_id.clone()));
     meta.insert("isDefault".into(), Value::Bool(m.is_default));
-    meta.insert("group".into(), Value::String("Anthropic".into()));
+    meta.insert(
+        "group".into(),
+        Value::String(m.vendor.clone().unwrap_or_else(|| "Anthropic".into())),
+    );
+    meta.insert("endpoint".into(), Value::String(m.api.path().into()));
+    if let Some(multiplier) = m.multiplier {
+        meta.insert("premiumMultiplier".into(), json!(multiplier));
+    }
     SessionModelInfo {
         id: m.upstream_id.clone(),
         provider: "claude".into(),

@@ -393,7 +393,7 @@ fn requests_json(sessions: &[crate::usage::SessionTotals]) -> serde_json::Value 
 /// How many requests went out as the user's (premium requests) and as the agent's.
 fn today_json(day: &str, u: &claude_host_proxy::DayUsage) -> serde_json::Value {
     json!({"date": day, "requests": u.requests, "premium_requests": u.premium_requests,
-        "agent_requests": u.agent_requests, "input_tokens": u.input_tokens,
+        "premium_cost": u.premium_cost, "agent_requests": u.agent_requests, "input_tokens": u.input_tokens,
         "output_tokens": u.output_tokens, "errors": u.errors})
 }
 
@@ -412,8 +412,14 @@ fn print_today(day: &str, u: &claude_host_proxy::DayUsage) {
             .join(", ")
     };
     println!(
-        "Today ({day} UTC): {} model calls, {} premium (by you) and {} by the agent; {} input and {} output tokens; errors: {errors}",
-        u.requests, u.premium_requests, u.agent_requests, u.input_tokens, u.output_tokens
+        "Today ({day} UTC): {} model calls, {} premium (by you, counting as {} at the models' multipliers) and {} by the agent; {} input and {} output tokens; errors: {errors}",
+        u.requests,
+        u.premium_requests,
+        // Multipliers are small fractions (0.33, 0.5) or whole numbers.
+        (u.premium_cost * 100.0).round() / 100.0,
+        u.agent_requests,
+        u.input_tokens,
+        u.output_tokens
     );
 }
 
@@ -449,6 +455,10 @@ fn print_requests(sessions: &[crate::usage::SessionTotals]) {
 pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
     let upstream = ctx.upstream()?;
     let catalog = upstream.catalog().await?;
+    let roles = catalog.roles(
+        ctx.opts.small_model.as_deref(),
+        ctx.opts.subagent_model.as_deref(),
+    );
     if as_json {
         let models: Vec<_> = catalog
             .models
@@ -456,15 +466,17 @@ pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             .map(|m| {
                 json!({"id": m.sdk_id, "upstream_id": m.upstream_id, "display_name": m.display_name,
                        "default": m.is_default, "effort_levels": m.effort_levels,
-                       "max_prompt_tokens": m.max_prompt_tokens, "max_output_tokens": m.max_output_tokens})
+                       "endpoint": m.api.path(), "vendor": m.vendor,
+                       "max_context_window": m.max_context_window,
+                       "max_prompt_tokens": m.max_prompt_tokens, "max_output_tokens": m.max_output_tokens,
+                       "vision": m.supports_vision, "reasoning": m.reasoning,
+                       "premium_multiplier": m.multiplier,
+                       "small_model": roles.small.as_deref() == Some(m.sdk_id.as_str())})
             })
             .collect();
         println!("{}", json!({"upstream": upstream.name(), "models": models}));
     } else if catalog.models.is_empty() {
-        println!(
-            "No Claude models offered by the {} upstream.",
-            upstream.name()
-        );
+        println!("No models offered by the {} upstream.", upstream.name());
     } else {
         let width = catalog
             .models
@@ -473,16 +485,35 @@ pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             .max()
             .unwrap_or(0);
         for m in &catalog.models {
+            let mut notes = Vec::new();
+            if m.is_default {
+                notes.push("default".to_owned());
+            }
+            if roles.small.as_deref() == Some(m.sdk_id.as_str()) {
+                notes.push("small/fast".to_owned());
+            }
+            if catalog.strict {
+                notes.push(match m.multiplier {
+                    Some(x) if x == 0.0 => "included".to_owned(),
+                    Some(x) => format!("{x}x premium"),
+                    None => "premium: unknown".to_owned(),
+                });
+                notes.push(m.api.path().to_owned());
+                if let Some(t) = m.max_prompt_tokens {
+                    notes.push(format!("prompt {}k", t / 1000));
+                }
+                if m.supports_vision {
+                    notes.push("vision".to_owned());
+                }
+            }
+            if !m.effort_levels.is_empty() {
+                notes.push(format!("effort: {}", m.effort_levels.join("/")));
+            }
             println!(
-                "{:width$}  {}{}{}",
+                "{:width$}  {}  ({})",
                 m.sdk_id,
                 m.display_name,
-                if m.is_default { "  (default)" } else { "" },
-                if m.effort_levels.is_empty() {
-                    String::new()
-                } else {
-                    format!("  effort: {}", m.effort_levels.join("/"))
-                }
+                notes.join(", ")
             );
         }
     }
@@ -567,13 +598,22 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
     .await?;
     // Claude Code compacts against its own idea of the window; the upstream's smallest
     // prompt limit is the one that fails a turn (the user may switch models with /model).
-    let compact_window = match upstream.catalog().await {
-        Ok(c) => c.models.iter().filter_map(|m| m.max_prompt_tokens).min(),
+    let catalog = match upstream.catalog().await {
+        Ok(c) => Some(c),
         Err(e) => {
-            tracing::debug!(error = %e, "no catalog for the compaction window");
+            tracing::debug!(error = %e, "no catalog for the compaction window and model roles");
             None
         }
     };
+    let compact_window = catalog
+        .as_ref()
+        .and_then(|c| c.models.iter().filter_map(|m| m.max_prompt_tokens).min());
+    let roles = catalog.as_ref().map(|c| {
+        c.roles(
+            ctx.opts.small_model.as_deref(),
+            ctx.opts.subagent_model.as_deref(),
+        )
+    });
     let session = uuid_simple();
     let usage = crate::usage::UsageRecorder::start(
         &ctx.home,
@@ -599,6 +639,12 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
         && std::env::var_os("CLAUDE_CODE_AUTO_COMPACT_WINDOW").is_none()
     {
         cmd.env("CLAUDE_CODE_AUTO_COMPACT_WINDOW", window.to_string());
+    }
+    for (name, value) in roles.map(|r| r.env()).unwrap_or_default() {
+        // The user's own choice, made in their environment, stands.
+        if std::env::var_os(&name).is_none() {
+            cmd.env(name, value);
+        }
     }
     if cli.origin == claude_host_sdk::find::Origin::Pinned {
         // The pinned install is claude-host's; its updater would install a global copy.

@@ -88,6 +88,24 @@ pub(crate) struct GlobalOpts {
         value_name = "MODEL"
     )]
     pub quota_fallback_model: Option<String>,
+    /// The model of Claude Code's small/fast calls (its background work: summaries, titles,
+    /// quick checks). Default: a model your Copilot plan includes (premium multiplier 0), a
+    /// Claude one first, when the plan has one. `claude-host models` shows the multipliers.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_SMALL_MODEL",
+        value_name = "MODEL"
+    )]
+    pub small_model: Option<String>,
+    /// The model of every subagent Claude Code starts (default: Claude Code's choice).
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_SUBAGENT_MODEL",
+        value_name = "MODEL"
+    )]
+    pub subagent_model: Option<String>,
     /// Keep sessions in this database (`postgres://user:password@host/db`, or
     /// `sqlite://PATH`) so they can be resumed on any host that uses it: transcripts are
     /// mirrored into it and one host drives a session at a time. Prefer the environment
@@ -456,6 +474,8 @@ pub(crate) async fn build_agent(
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.warm_up = ctx.opts.warm_up;
+    config.small_model.clone_from(&ctx.opts.small_model);
+    config.subagent_model.clone_from(&ctx.opts.subagent_model);
     config.durable = db.map(|db| claude_host_agent::Durable {
         db,
         host: host_name(),

@@ -33,6 +33,38 @@ pub struct CopilotModel {
     pub extra: Map<String, Value>,
 }
 
+/// The API a model is called through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ModelApi {
+    /// Anthropic Messages (`/v1/messages`): the request is forwarded as Claude Code sent it.
+    #[default]
+    #[serde(rename = "/v1/messages")]
+    Messages,
+    /// OpenAI Responses (`/responses`): the request and reply are translated.
+    #[serde(rename = "/responses")]
+    Responses,
+    /// OpenAI Chat Completions (`/chat/completions`): the request and reply are translated.
+    #[serde(rename = "/chat/completions")]
+    ChatCompletions,
+}
+
+impl ModelApi {
+    /// The endpoint's path under the Copilot API's base URL.
+    pub fn path(self) -> &'static str {
+        match self {
+            ModelApi::Messages => "/v1/messages",
+            ModelApi::Responses => "/responses",
+            ModelApi::ChatCompletions => "/chat/completions",
+        }
+    }
+}
+
+impl std::fmt::Display for ModelApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.path())
+    }
+}
+
 impl CopilotModel {
     /// The Claude filter VS Code applies: Anthropic vendor, served on `/v1/messages`, shown in
     /// pickers, supports tool calls, and the id parses as a versioned Claude id.
@@ -40,14 +72,51 @@ impl CopilotModel {
         self.vendor
             .as_deref()
             .is_some_and(|v| v.eq_ignore_ascii_case("anthropic"))
-            && self.supported_endpoints.iter().any(|e| e == "/v1/messages")
+            && self.serves(ModelApi::Messages)
             && self.model_picker_enabled
-            && self
-                .capabilities
-                .pointer("/supports/tool_calls")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
+            && self.supports("tool_calls")
             && ClaudeModelId::parse(&self.id).is_some_and(|p| !p.is_bare())
+    }
+
+    /// Whether `supported_endpoints` lists `api`.
+    pub fn serves(&self, api: ModelApi) -> bool {
+        self.supported_endpoints.iter().any(|e| e == api.path())
+    }
+
+    /// The API claude-host calls the model through: Anthropic's own where Copilot offers it
+    /// (nothing is translated), else Responses (GPT-5 and Codex are served only there, and it
+    /// carries reasoning across turns), else Chat Completions. `None`: none of them.
+    pub fn api(&self) -> Option<ModelApi> {
+        [
+            ModelApi::Messages,
+            ModelApi::Responses,
+            ModelApi::ChatCompletions,
+        ]
+        .into_iter()
+        .find(|api| self.serves(*api))
+    }
+
+    /// A model Claude Code can be driven with: a chat model shown in pickers that calls tools,
+    /// on an API claude-host speaks. Claude models must also have a versioned id (VS Code's
+    /// filter), since Claude Code reads features from it.
+    pub fn is_agent_model(&self) -> bool {
+        if self.is_claude() {
+            return true;
+        }
+        let anthropic = self
+            .vendor
+            .as_deref()
+            .is_some_and(|v| v.eq_ignore_ascii_case("anthropic"));
+        let chat = self
+            .capabilities
+            .get("type")
+            .and_then(Value::as_str)
+            .is_none_or(|t| t == "chat");
+        !anthropic
+            && chat
+            && self.model_picker_enabled
+            && self.supports("tool_calls")
+            && self.api().is_some()
     }
 
     /// The reasoning-effort levels the model supports, if any.
@@ -91,6 +160,23 @@ impl CopilotModel {
         Some((get("min_thinking_budget")?, get("max_thinking_budget")?))
     }
 
+    /// `billing.multiplier`: how many premium requests one request counts as (0 for a model
+    /// the plan includes), when given.
+    pub fn multiplier(&self) -> Option<f64> {
+        self.extra
+            .get("billing")
+            .and_then(|b| b.get("multiplier"))
+            .and_then(Value::as_f64)
+    }
+
+    /// Whether the model reasons before answering (it offers effort levels or a thinking
+    /// budget): such models refuse sampling settings and spend output tokens on reasoning.
+    pub fn reasons(&self) -> bool {
+        !self.effort_levels().is_empty()
+            || self.supports("adaptive_thinking")
+            || self.thinking_budget().is_some()
+    }
+
     /// `billing.is_premium`, when given.
     pub fn is_premium(&self) -> Option<bool> {
         self.extra
@@ -112,8 +198,20 @@ pub fn claude_models(catalog: &[CopilotModel]) -> Vec<CopilotModel> {
     out
 }
 
+/// Keeps every model Claude Code can be driven with ([`CopilotModel::is_agent_model`]): the
+/// chat default first, then the Claude models, then the rest, each in catalog order.
+pub fn agent_models(catalog: &[CopilotModel]) -> Vec<CopilotModel> {
+    let mut out: Vec<CopilotModel> = catalog
+        .iter()
+        .filter(|m| m.is_agent_model())
+        .cloned()
+        .collect();
+    out.sort_by_key(|m| (!m.is_chat_default, !m.is_claude()));
+    out
+}
+
 /// One entry of the Anthropic `GET /v1/models` page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AnthropicModel {
     /// Model id in Claude Code's form.
     pub id: String,
@@ -130,10 +228,37 @@ pub struct AnthropicModel {
     /// Largest `max_tokens` the upstream accepts, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// What Copilot's catalog says of the model (claude-host's own field; absent for other
+    /// upstreams). Anthropic's clients ignore fields they do not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copilot: Option<CopilotModelInfo>,
+}
+
+/// What Copilot's catalog says of a model, as `GET /v1/models` and `claude-host models` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopilotModelInfo {
+    /// The API claude-host calls it through.
+    pub endpoint: ModelApi,
+    /// Who makes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    /// The whole context window, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// Whether it reads images.
+    pub vision: bool,
+    /// Whether it reasons before answering.
+    pub reasoning: bool,
+    /// Its reasoning-effort levels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effort_levels: Vec<String>,
+    /// Premium requests one request counts as (0: included in the plan), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub premium_multiplier: Option<f64>,
 }
 
 /// The Anthropic models page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelsPage {
     /// The models.
     pub data: Vec<AnthropicModel>,

@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use claude_host_protocol::error::{ErrorEnvelope, ErrorKind, status_for_error_type};
 use claude_host_protocol::log_safe::Safe;
 use claude_host_protocol::messages::Initiator;
+use claude_host_protocol::openai::{Step, StreamTranslator};
 use claude_host_protocol::request_kind::RequestKind;
 use claude_host_protocol::sse::{event_data, event_name, find_event_end, format_event};
 use claude_host_upstream::UpstreamError;
@@ -32,6 +33,8 @@ pub(crate) struct Billing {
     pub(crate) counts: (u64, u64),
     /// The adaptation rules applied to the body (docs/PROXY.md).
     pub(crate) adapted: Vec<&'static str>,
+    /// The upstream model's premium multiplier, when the catalog gives one.
+    pub(crate) multiplier: Option<f64>,
 }
 
 pub(crate) struct RequestLog {
@@ -73,9 +76,10 @@ impl RequestLog {
         }
     }
 
-    /// The request went to another model (the quota fallback).
-    pub(crate) fn set_upstream_model(&mut self, model: &str) {
+    /// The request went to another model (the quota fallback), with this multiplier.
+    pub(crate) fn set_upstream_model(&mut self, model: &str, multiplier: Option<f64>) {
         model.clone_into(&mut self.upstream_model);
+        self.billing.multiplier = multiplier;
     }
 
     fn mark_first_byte(&mut self) {
@@ -119,6 +123,7 @@ impl RequestLog {
         self._active.telemetry().record(&crate::telemetry::Ended {
             model: &self.model,
             premium: self.billing.initiator == Initiator::User,
+            multiplier: self.billing.multiplier,
             kind: &self.billing.kind.to_string(),
             status,
             error: error.as_deref(),
@@ -183,6 +188,8 @@ pub(crate) struct Relay {
     saw_stop: bool,
     log: RequestLog,
     background: crate::Background,
+    /// For a model served on an OpenAI API: turns its events into Anthropic ones.
+    translator: Option<Box<StreamTranslator>>,
 }
 
 /// How long, and how many bytes, the upstream's rest is read after the relay's end.
@@ -213,7 +220,14 @@ impl Relay {
             saw_stop: false,
             log,
             background,
+            translator: None,
         }
+    }
+
+    /// The upstream speaks an OpenAI API: its events are translated instead of passed on.
+    pub(crate) fn translating(mut self, translator: StreamTranslator) -> Self {
+        self.translator = Some(Box::new(translator));
+        self
     }
 
     /// Reads until the first event, so that an upstream failure before the stream can still be
@@ -298,6 +312,10 @@ impl Relay {
     /// Turns complete events in `buf` into output. Consecutive pass-through events leave as
     /// one zero-copy slice of the upstream bytes.
     fn process(&mut self) {
+        if self.translator.is_some() {
+            self.process_translated();
+            return;
+        }
         let mut pass_end = 0;
         loop {
             if self.finished {
@@ -369,6 +387,93 @@ impl Relay {
         }
     }
 
+    /// Translates the complete events in `buf`; what the events of one upstream read become
+    /// leaves as one frame.
+    fn process_translated(&mut self) {
+        let Some(translator) = self.translator.as_mut() else {
+            return;
+        };
+        let mut out = BytesMut::new();
+        let mut start = 0;
+        let mut failed = None;
+        while !self.finished {
+            let end = match find_event_end(&self.buf[start..], self.scan) {
+                Ok(e) => start + e,
+                Err(resume) => {
+                    self.scan = resume;
+                    break;
+                }
+            };
+            self.scan = 0;
+            let raw = &self.buf[start..end];
+            let step = translator.push(event_name(raw), &event_data(raw), &mut out);
+            start = end;
+            match step {
+                Step::Continue => {}
+                Step::Done => {
+                    self.saw_stop = true;
+                    self.finished = true;
+                }
+                Step::Failed(env) => {
+                    failed = Some(env);
+                    self.finished = true;
+                }
+            }
+        }
+        let _ = self.buf.split_to(start);
+        if !out.is_empty() {
+            self.events_out += 1;
+            self.out.push_back(out.freeze());
+        }
+        if let Some(env) = failed {
+            self.out.push_back(error_frame(&env));
+            self.first_error = Some(env);
+        }
+        if self.finished {
+            self.note_translated_usage();
+            self.buf.clear();
+        }
+    }
+
+    /// The usage a translator read, for the request's log line.
+    fn note_translated_usage(&mut self) {
+        if let Some(t) = &self.translator {
+            let (input, output) = t.usage();
+            self.log.input_tokens = input.or(self.log.input_tokens);
+            self.log.output_tokens = output.or(self.log.output_tokens);
+        }
+    }
+
+    /// The upstream's body ended before the stream was complete: a translator may still
+    /// finish it (Chat Completions can end on its last chunk without `[DONE]`).
+    fn upstream_ended(&mut self) {
+        let Some(translator) = self.translator.as_mut() else {
+            self.fail_stream("upstream ended the stream before message_stop".to_owned());
+            return;
+        };
+        let mut out = BytesMut::new();
+        match translator.end_of_stream(&mut out) {
+            Step::Done => {
+                if !out.is_empty() {
+                    self.events_out += 1;
+                    self.out.push_back(out.freeze());
+                }
+                self.saw_stop = true;
+                self.finished = true;
+                self.note_translated_usage();
+            }
+            Step::Continue => {
+                self.fail_stream("upstream ended the stream before it was complete".to_owned())
+            }
+            Step::Failed(env) => {
+                if !out.is_empty() {
+                    self.out.push_back(out.freeze());
+                }
+                self.fail_with(env);
+            }
+        }
+    }
+
     /// Flushes pass-through bytes before the event at `[*pass_end, end)`, drops that event and
     /// queues `with` in its place.
     fn replace(&mut self, pass_end: &mut usize, end: usize, with: Option<Bytes>) {
@@ -413,7 +518,10 @@ impl Relay {
     }
 
     fn fail_stream(&mut self, message: String) {
-        let env = ErrorEnvelope::new(ErrorKind::Api, message);
+        self.fail_with(ErrorEnvelope::new(ErrorKind::Api, message));
+    }
+
+    fn fail_with(&mut self, env: ErrorEnvelope) {
         tracing::warn!(session = %Safe(&self.log.session), error = %Safe(&env.error.message), "stream failed");
         self.out.push_back(error_frame(&env));
         self.first_error = Some(env);
@@ -451,9 +559,7 @@ impl Relay {
                 Poll::Ready(Some(Err(e))) => {
                     self.fail_stream(format!("upstream connection failed mid-stream: {e}"))
                 }
-                Poll::Ready(None) => {
-                    self.fail_stream("upstream ended the stream before message_stop".to_owned())
-                }
+                Poll::Ready(None) => self.upstream_ended(),
                 Poll::Pending => {
                     if self.sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;

@@ -12,9 +12,10 @@ use claude_host_protocol::error::{ErrorEnvelope, ErrorKind};
 use claude_host_protocol::log_safe::Safe;
 use claude_host_protocol::messages::MessagesRequest;
 use claude_host_protocol::model_id;
-use claude_host_protocol::models::{AnthropicModel, ModelsPage};
+use claude_host_protocol::models::{AnthropicModel, CopilotModelInfo, ModelsPage};
 use claude_host_protocol::request_kind::{RequestKind, strip_marker};
-use claude_host_upstream::{Catalog, MessagesCall, UpstreamError};
+use claude_host_protocol::openai::{Dialect, StreamTranslator, translate_request, translate_response};
+use claude_host_upstream::{Catalog, MessagesCall, ModelApi, UpstreamError};
 use futures::StreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -217,7 +218,7 @@ async fn messages<B: RequestBody>(
                     StatusCode::NOT_FOUND,
                     ErrorKind::NotFound,
                     format!(
-                        "Unknown model: {}. Available Claude models: {}",
+                        "Unknown model: {}. Available models: {}",
                         parsed.model,
                         if available.is_empty() {
                             "(none)".to_owned()
@@ -276,11 +277,13 @@ async fn messages<B: RequestBody>(
             kind,
             counts: decision.counts,
             adapted: prepared.rules.clone(),
+            multiplier: multiplier_of(&catalog, &prepared.model),
         },
     );
     let mut call = MessagesCall {
         body: prepared.body.clone(),
         model: prepared.model.clone(),
+        api: prepared.api,
         stream: parsed.stream,
         initiator: decision.initiator,
         kind,
@@ -327,9 +330,10 @@ async fn messages<B: RequestBody>(
             {
                 tracing::warn!(session = %Safe(&session), from = %prepared.model, to = %f, "premium requests used up; answering with the fallback model");
                 prepared = p;
-                log.set_upstream_model(&prepared.model);
+                log.set_upstream_model(&prepared.model, multiplier_of(&catalog, &prepared.model));
                 call.body = prepared.body.clone();
                 call.model = prepared.model.clone();
+                call.api = prepared.api;
                 continue;
             }
         }
@@ -407,6 +411,18 @@ async fn messages<B: RequestBody>(
                 );
             }
         };
+        let body = match prepared.dialect {
+            None => body,
+            Some(dialect) => match translate_response(dialect, &body, &answered_by) {
+                Ok(message) => Bytes::from(message),
+                Err(env) => {
+                    log.set_error(&env.error.kind);
+                    let status = claude_host_protocol::error::status_for_error_type(&env.error.kind);
+                    log.finish(status, &env.error.message);
+                    return with_headers(json(status_code(status), env.to_json()), &passthrough);
+                }
+            },
+        };
         let mut message = match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(v @ serde_json::Value::Object(_)) => v,
             Ok(_) => {
@@ -437,13 +453,19 @@ async fn messages<B: RequestBody>(
         let out = serde_json::to_vec(&message).unwrap_or_default();
         return with_headers(json(status_code(resp.status), out), &passthrough);
     }
-    let relay = Relay::new(
+    let translator = prepared
+        .dialect
+        .map(|dialect| StreamTranslator::new(dialect, &answered_by));
+    let mut relay = Relay::new(
         resp.body,
         answered_by,
         &state.config,
         log,
         state.background.clone(),
     );
+    if let Some(translator) = translator {
+        relay = relay.translating(translator);
+    }
     match relay.start().await {
         RelayStart::Stream(relay) => {
             let mut r = Response::builder()
@@ -462,27 +484,55 @@ async fn messages<B: RequestBody>(
     }
 }
 
+/// The premium multiplier of the catalog's `model` (an upstream id), when known.
+fn multiplier_of(catalog: &Catalog, model: &str) -> Option<f64> {
+    catalog
+        .models
+        .iter()
+        .find(|m| m.upstream_id == model)
+        .and_then(|m| m.multiplier)
+}
+
 /// A request fitted to one upstream model.
 struct Prepared {
     model: String,
+    /// The API the body is for.
+    api: ModelApi,
+    /// Set when the body was translated to an OpenAI API (and the reply must be translated back).
+    dialect: Option<Dialect>,
     body: Bytes,
     rules: Vec<&'static str>,
 }
 
 /// `parsed` for `model`: its id, fitted to the model's catalog entry when the catalog is
-/// Copilot's (`original` is the client's body, forwarded untouched when nothing changes),
-/// with the prompt hook's marker cut out.
+/// Copilot's (`original` is the client's body, forwarded untouched when nothing changes), or
+/// translated for a model served on an OpenAI API; with the prompt hook's marker cut out.
 fn prepare(
     parsed: &MessagesRequest,
     original: &Bytes,
     catalog: &Catalog,
     model: &str,
 ) -> Result<Prepared, Refusal> {
-    let adapted = match catalog
+    let entry = catalog
         .models
         .iter()
-        .find(|m| catalog.strict && m.upstream_id == model)
-    {
+        .find(|m| catalog.strict && m.upstream_id == model);
+    if let Some((entry, target)) = entry.and_then(|m| Some((m, m.openai_target()?))) {
+        let translated = translate_request(parsed, &target)?;
+        let body = if parsed.classified.has_marker {
+            strip_marker(&translated.body)
+        } else {
+            translated.body
+        };
+        return Ok(Prepared {
+            model: model.to_owned(),
+            api: entry.api,
+            dialect: Some(target.dialect),
+            body: Bytes::from(body),
+            rules: translated.rules,
+        });
+    }
+    let adapted = match entry {
         Some(m) => adapt(parsed, &m.rules())?,
         None => Adapted::default(),
     };
@@ -496,6 +546,8 @@ fn prepare(
     }
     Ok(Prepared {
         model: model.to_owned(),
+        api: ModelApi::Messages,
+        dialect: None,
         body,
         rules: adapted.rules.iter().map(|r| r.as_str()).collect(),
     })
@@ -540,6 +592,15 @@ async fn models(state: Arc<State>) -> Response<Body> {
                 created_at: "1970-01-01T00:00:00Z".to_owned(),
                 max_input_tokens: m.max_prompt_tokens,
                 max_tokens: m.max_output_tokens,
+                copilot: catalog.strict.then(|| CopilotModelInfo {
+                    endpoint: m.api,
+                    vendor: m.vendor.clone(),
+                    context_window: m.max_context_window,
+                    vision: m.supports_vision,
+                    reasoning: m.reasoning,
+                    effort_levels: m.effort_levels.clone(),
+                    premium_multiplier: m.multiplier,
+                }),
             })
             .collect(),
     );

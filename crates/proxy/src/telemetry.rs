@@ -8,13 +8,17 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// One UTC day's model calls through the proxy.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DayUsage {
     /// Every `POST /v1/messages` that ended, however it ended.
     pub requests: u64,
     /// Those sent with `X-Initiator: user` that did not fail: the ones Copilot bills as
     /// premium requests (times the model's multiplier).
     pub premium_requests: u64,
+    /// What those count as against the plan's premium quota: each one times its model's
+    /// multiplier (0 for a model the plan includes; 1 when the catalog does not say).
+    #[serde(default)]
+    pub premium_cost: f64,
     /// Those sent with `X-Initiator: agent` (not billed).
     pub agent_requests: u64,
     /// Prompt tokens (cache reads and writes included) and output tokens, as the upstream
@@ -32,6 +36,7 @@ impl DayUsage {
     pub fn add(&mut self, other: &DayUsage) {
         self.requests += other.requests;
         self.premium_requests += other.premium_requests;
+        self.premium_cost += other.premium_cost;
         self.agent_requests += other.agent_requests;
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
@@ -45,6 +50,8 @@ impl DayUsage {
 pub(crate) struct Ended<'a> {
     pub(crate) model: &'a str,
     pub(crate) premium: bool,
+    /// The model's premium multiplier, when the catalog gives one.
+    pub(crate) multiplier: Option<f64>,
     pub(crate) kind: &'a str,
     pub(crate) status: u16,
     pub(crate) error: Option<&'a str>,
@@ -139,6 +146,7 @@ impl Telemetry {
             d.requests += 1;
             if billed {
                 d.premium_requests += 1;
+                d.premium_cost += r.multiplier.unwrap_or(1.0);
             }
             if !r.premium {
                 d.agent_requests += 1;

@@ -7,7 +7,7 @@ use crate::{
     describe_reqwest, header_map, trim_base,
 };
 use async_trait::async_trait;
-use claude_host_protocol::models::{CopilotModel, claude_models};
+use claude_host_protocol::models::{CopilotModel, ModelApi, agent_models};
 use claude_host_protocol::request_kind::RequestKind;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -291,7 +291,7 @@ impl CopilotUpstream {
             .catalog
             .get_or_fetch(self.inner.options.catalog_ttl, async {
                 let raw = Arc::new(self.fetch_catalog(true).await?);
-                let claude = Arc::new(claude_catalog(&raw));
+                let claude = Arc::new(agent_catalog(&raw));
                 Ok((raw, claude))
             })
             .await
@@ -425,14 +425,23 @@ impl CopilotUpstream {
         } else {
             "application/json"
         };
+        // Copilot's own clients name the traffic they send: Claude Code's Messages calls as
+        // the Anthropic proxy they are, translated calls as the agent traffic of its chat.
+        let intent = match call.api {
+            ModelApi::Messages => "messages-proxy",
+            ModelApi::Responses | ModelApi::ChatCompletions => "conversation-agent",
+        };
         let mut headers = vec![
             ("authorization", format!("Bearer {}", tok.token)),
             ("content-type", "application/json".to_owned()),
             ("accept", accept.to_owned()),
             ("x-request-id", uuid::Uuid::new_v4().to_string()),
             ("x-github-api-version", id.capi_api_version.clone()),
-            ("openai-intent", "messages-proxy".to_owned()),
-            ("x-interaction-type", interaction_type(call.kind).to_owned()),
+            ("openai-intent", intent.to_owned()),
+            (
+                "x-interaction-type",
+                interaction_type(call.kind, intent).to_owned(),
+            ),
             ("x-initiator", call.initiator.as_str().to_owned()),
             ("copilot-integration-id", id.integration_id.clone()),
             ("editor-version", id.editor_version.clone()),
@@ -443,16 +452,19 @@ impl CopilotUpstream {
         if call.vision {
             headers.push(("copilot-vision-request", "true".to_owned()));
         }
-        if let Some(v) = &call.anthropic_version {
-            headers.push(("anthropic-version", v.clone()));
-        }
-        if let Some(b) = &call.anthropic_beta {
-            headers.push(("anthropic-beta", b.clone()));
+        // Anthropic's headers mean nothing to the OpenAI endpoints.
+        if call.api == ModelApi::Messages {
+            if let Some(v) = &call.anthropic_version {
+                headers.push(("anthropic-version", v.clone()));
+            }
+            if let Some(b) = &call.anthropic_beta {
+                headers.push(("anthropic-beta", b.clone()));
+            }
         }
         self.inner
             .stream
             .post(
-                &format!("{}/v1/messages", self.api_base(tok)),
+                &format!("{}{}", self.api_base(tok), call.api.path()),
                 header_map(headers),
                 call.body.clone(),
             )
@@ -460,9 +472,10 @@ impl CopilotUpstream {
     }
 }
 
-/// The Claude models of a Copilot catalog, in the form requests are resolved against.
-fn claude_catalog(raw: &[CopilotModel]) -> Catalog {
-    let models = claude_models(raw)
+/// The models of a Copilot catalog Claude Code can be driven with, in the form requests are
+/// resolved against.
+fn agent_catalog(raw: &[CopilotModel]) -> Catalog {
+    let models = agent_models(raw)
         .into_iter()
         .map(|m| CatalogModel {
             sdk_id: m.sdk_id(),
@@ -476,6 +489,10 @@ fn claude_catalog(raw: &[CopilotModel]) -> Catalog {
             adaptive_thinking: m.supports("adaptive_thinking"),
             thinking_budget: m.thinking_budget(),
             premium: m.is_premium(),
+            multiplier: m.multiplier(),
+            api: m.api().unwrap_or_default(),
+            reasoning: m.reasons(),
+            vendor: m.vendor.clone(),
             upstream_id: m.id,
         })
         .collect();
@@ -487,11 +504,11 @@ fn claude_catalog(raw: &[CopilotModel]) -> Catalog {
 
 /// What Copilot's other clients send as `X-Interaction-Type` for a request of this kind:
 /// compaction and subagent calls are told apart so Copilot can account them as such.
-fn interaction_type(kind: RequestKind) -> &'static str {
+fn interaction_type(kind: RequestKind, default: &'static str) -> &'static str {
     match kind {
         RequestKind::Compaction => "conversation-compaction",
         RequestKind::Subagent => "conversation-subagent",
-        _ => "messages-proxy",
+        _ => default,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod stream_client;
 use async_trait::async_trait;
 use bytes::Bytes;
 use claude_host_protocol::messages::Initiator;
+pub use claude_host_protocol::models::ModelApi;
 use claude_host_protocol::request_kind::RequestKind;
 use futures::stream::BoxStream;
 
@@ -69,7 +70,7 @@ pub(crate) fn header_map(pairs: Vec<(&'static str, String)>) -> http::HeaderMap 
 }
 
 /// One model an upstream offers.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct CatalogModel {
     /// The id the upstream expects in requests.
     pub upstream_id: String,
@@ -95,9 +96,40 @@ pub struct CatalogModel {
     pub thinking_budget: Option<(u64, u64)>,
     /// Whether a request to it spends a premium request (`billing.is_premium`), when known.
     pub premium: Option<bool>,
+    /// How many premium requests one request counts as (`billing.multiplier`; 0 for a model
+    /// the plan includes), when known.
+    pub multiplier: Option<f64>,
+    /// The API it is called through (requests to any other than Messages are translated).
+    pub api: ModelApi,
+    /// Who makes it (`Anthropic`, `OpenAI`, `Google`, …), when known.
+    pub vendor: Option<String>,
+    /// Whether it reasons before answering (effort levels or a thinking budget).
+    pub reasoning: bool,
 }
 
 impl CatalogModel {
+    /// Whether it is a Claude model (its requests go out as Claude Code wrote them).
+    pub fn is_claude(&self) -> bool {
+        self.api == ModelApi::Messages
+    }
+
+    /// What translation to an OpenAI API needs to know of it; `None` for a Messages model.
+    pub fn openai_target(&self) -> Option<claude_host_protocol::openai::Target> {
+        let dialect = match self.api {
+            ModelApi::Messages => return None,
+            ModelApi::Responses => claude_host_protocol::openai::Dialect::Responses,
+            ModelApi::ChatCompletions => claude_host_protocol::openai::Dialect::ChatCompletions,
+        };
+        Some(claude_host_protocol::openai::Target {
+            model: self.upstream_id.clone(),
+            dialect,
+            max_output_tokens: self.max_output_tokens,
+            supports_vision: self.supports_vision,
+            effort_levels: self.effort_levels.clone(),
+            reasoning: self.reasoning,
+        })
+    }
+
     /// What the model accepts, for fitting requests to it.
     pub fn rules(&self) -> claude_host_protocol::adapt::ModelRules {
         claude_host_protocol::adapt::ModelRules {
@@ -126,6 +158,65 @@ impl Catalog {
     pub fn upstream_ids(&self) -> Vec<&str> {
         self.models.iter().map(|m| m.upstream_id.as_str()).collect()
     }
+
+    /// The catalog model `id` names (Copilot's or Claude Code's form of it), if any.
+    pub fn find(&self, id: &str) -> Option<&CatalogModel> {
+        let ids = self.upstream_ids();
+        let upstream = claude_host_protocol::model_id::resolve(id, &ids)?;
+        self.models.iter().find(|m| m.upstream_id == upstream)
+    }
+
+    /// The model Claude Code's small/fast calls go to unless told otherwise: one the plan
+    /// includes (premium multiplier 0), a Claude one first (Claude Code's own calls need no
+    /// translation then). `None` when the plan includes none.
+    pub fn included_small_model(&self) -> Option<&CatalogModel> {
+        let included = |m: &&CatalogModel| m.multiplier == Some(0.0);
+        let mut models = self.models.iter().filter(included);
+        let first = models.clone().next();
+        models.find(|m| m.is_claude()).or(first)
+    }
+
+    /// The models of Claude Code's roles: `small` and `subagent` as the user named them
+    /// (resolved against the catalog; an id it does not know is left to the proxy's clear
+    /// 404), the small one defaulting to [`Catalog::included_small_model`].
+    pub fn roles(&self, small: Option<&str>, subagent: Option<&str>) -> ModelRoles {
+        let named = |id: &str| {
+            self.find(id)
+                .map_or_else(|| id.to_owned(), |m| m.sdk_id.clone())
+        };
+        ModelRoles {
+            small: small
+                .map(named)
+                .or_else(|| self.included_small_model().map(|m| m.sdk_id.clone())),
+            subagent: subagent.map(named),
+        }
+    }
+}
+
+/// The models Claude Code's roles use besides a session's main model (`--model`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelRoles {
+    /// The small/fast model Claude Code uses for its background calls.
+    pub small: Option<String>,
+    /// The model of every subagent.
+    pub subagent: Option<String>,
+}
+
+impl ModelRoles {
+    /// The environment that tells Claude Code (2.1.x) these models.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        if let Some(small) = &self.small {
+            // The first is what Claude Code 2.1 reads; the second, older name is still
+            // honoured by some versions.
+            env.push(("ANTHROPIC_DEFAULT_HAIKU_MODEL".to_owned(), small.clone()));
+            env.push(("ANTHROPIC_SMALL_FAST_MODEL".to_owned(), small.clone()));
+        }
+        if let Some(subagent) = &self.subagent {
+            env.push(("CLAUDE_CODE_SUBAGENT_MODEL".to_owned(), subagent.clone()));
+        }
+        env
+    }
 }
 
 /// A `/v1/messages` call, ready to send.
@@ -135,6 +226,8 @@ pub struct MessagesCall {
     pub body: Bytes,
     /// The upstream model id.
     pub model: String,
+    /// The API the body is for (it is already translated for any but Messages).
+    pub api: ModelApi,
     /// Whether the client asked for SSE.
     pub stream: bool,
     /// Who started the request (Copilot's `X-Initiator`).

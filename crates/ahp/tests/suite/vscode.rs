@@ -2041,3 +2041,116 @@ async fn a_subagent_calls_a_windows_tool_in_the_subagents_chat() {
         )]
     );
 }
+
+/// The model ids VS Code's picker has (from `agents[].models`), with each one's `_meta`.
+async fn picker_models(c: &mut VsCode) -> Vec<Value> {
+    let root = c.ok("subscribe", json!({"channel": "ahp-root://"})).await;
+    root["snapshot"]["state"]["agents"][0]["models"]
+        .as_array()
+        .expect("models after sign-in")
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_picks_gpt_and_gemini_class_models_and_switches_to_claude_and_back_mid_session() {
+    let e = env().await;
+    let rule = |when: Match, reply: Reply| Rule {
+        when,
+        reply,
+        times: Some(1),
+    };
+    e.fake.push(rule(
+        Match::LastUserContains("run the tests".into()),
+        Reply::tool_use(
+            "Bash",
+            json!({"command": "touch ran.txt && echo tests-passed", "description": "Run the tests"}),
+        ),
+    ));
+    e.fake.push(rule(
+        Match::LastUserContains("tests-passed".into()),
+        Reply::text("GPT: the tests passed."),
+    ));
+    e.fake.push(rule(
+        Match::LastUserContains("summarise".into()),
+        Reply::text("CLAUDE: one test run, green."),
+    ));
+    e.fake.push(rule(
+        Match::LastUserContains("anything else".into()),
+        Reply::text("CHAT: nothing else."),
+    ));
+    let (mut c, claude, chat) = session_ready(&e).await;
+    let models = picker_models(&mut c).await;
+    let meta = |id: &str| {
+        models
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in the picker: {models:?}"))["_meta"]
+            .clone()
+    };
+    assert_eq!(meta("gpt-5.4")["endpoint"], "/responses");
+    assert_eq!(meta("gpt-4.1")["endpoint"], "/chat/completions");
+    assert_eq!(meta("gpt-4.1")["premiumMultiplier"], 0.0);
+    assert_eq!(meta(&claude)["endpoint"], "/v1/messages");
+
+    let turn = start_turn(&mut c, &chat, "Please run the tests", "gpt-5.4").await;
+    let ready = c
+        .action("the Bash card asking for confirmation", |a| {
+            a["action"]["type"] == "chat/toolCallReady" && a["action"]["confirmed"].is_null()
+        })
+        .await;
+    let call = ready["action"]["toolCallId"].as_str().unwrap().to_owned();
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
+                "approved": true, "confirmed": "user-action"}),
+        )
+        .await;
+    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let end = c.action("the GPT turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert!(e.work().join("ran.txt").exists(), "the tool ran");
+
+    let turn = start_turn(&mut c, &chat, "Please summarise", &claude).await;
+    let end = c.action("the Claude turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+
+    let turn = start_turn(&mut c, &chat, "Is there anything else?", "gpt-4.1").await;
+    let end = c.action("the Chat Completions turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+
+    let calls: Vec<_> = e
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| {
+            (
+                r.path.split('?').next().unwrap_or_default().to_owned(),
+                r.json()["model"].as_str().unwrap_or_default().to_owned(),
+                r.last_user_text(),
+                String::from_utf8_lossy(&r.body).into_owned(),
+            )
+        })
+        .filter(|(p, ..)| p != "/v1/messages/count_tokens")
+        .collect();
+    let find = |text: &str| {
+        calls
+            .iter()
+            .rev()
+            .find(|(_, _, last, _)| last.contains(text))
+            .unwrap_or_else(|| panic!("a call for {text:?}"))
+    };
+    let (p, m, _, _) = find("tests-passed");
+    assert_eq!((p.as_str(), m.as_str()), ("/responses", "gpt-5.4"));
+    let (p, m, _, body) = find("summarise");
+    assert_eq!((p.as_str(), m.as_str()), ("/v1/messages", claude.as_str()));
+    assert!(body.contains("GPT: the tests passed."), "{body}");
+    let (p, m, _, body) = find("anything else");
+    assert_eq!((p.as_str(), m.as_str()), ("/chat/completions", "gpt-4.1"));
+    assert!(
+        body.contains("GPT: the tests passed.") && body.contains("CLAUDE: one test run"),
+        "both earlier turns reach the third model: {body}"
+    );
+    assert_eq!(e.fake.header_violations(), Vec::<String>::new());
+}

@@ -1548,6 +1548,10 @@ async fn model_calls_are_exported_over_otlp_and_status_shows_todays_usage() {
     let today = &report["today"];
     assert_eq!(today["requests"], 2, "{report}");
     assert_eq!(today["premium_requests"], 1, "the failed one is not billed");
+    assert_eq!(
+        today["premium_cost"], 1.0,
+        "the model's multiplier is 1: {today}"
+    );
     assert_eq!(today["agent_requests"], 0);
     assert!(today["input_tokens"].as_u64().unwrap() > 0, "{today}");
     assert!(today["output_tokens"].as_u64().unwrap() > 0, "{today}");
@@ -1556,7 +1560,7 @@ async fn model_calls_are_exported_over_otlp_and_status_shows_todays_usage() {
     c.arg("status");
     let text = String::from_utf8(blocking(move || run(c)).await.stdout).unwrap();
     assert!(
-        text.contains("2 model calls, 1 premium (by you) and 0 by the agent")
+        text.contains("2 model calls, 1 premium (by you, counting as 1 at the models' multipliers) and 0 by the agent")
             && text.contains("errors: 1 rate_limit_error"),
         "{text}"
     );

@@ -3,6 +3,7 @@ mod acp;
 mod durable;
 mod e2e;
 mod interactive;
+mod models;
 mod serve;
 
 use claude_host_testkit::fake::FakeUpstream;

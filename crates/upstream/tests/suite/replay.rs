@@ -15,6 +15,7 @@ fn call(prompt: &str, stream: bool) -> MessagesCall {
     MessagesCall {
         body: body.to_string().into(),
         model: "claude-opus-5.5".into(),
+        api: claude_host_upstream::ModelApi::Messages,
         stream,
         initiator: Initiator::User,
         kind: claude_host_protocol::request_kind::RequestKind::Prompt,
