@@ -988,6 +988,12 @@ fn check_openai_headers(state: &State, r: &CapturedRequest, endpoint: Endpoint) 
     lock(&state.violations).extend(v);
 }
 
+/// Answers a refused OpenAI request, recording the violation it is.
+fn refuse(state: &State, refused: crate::openai_check::Refused) -> Response<Body> {
+    lock(&state.violations).extend(refused.violation);
+    json_resp(refused.status, &refused.body)
+}
+
 /// `POST /chat/completions` and `POST /responses`: the same account checks as `/v1/messages`,
 /// the request held to the OpenAI schema and Copilot's rules, the reply in that dialect.
 fn openai(
@@ -1015,7 +1021,10 @@ fn openai(
     if state.config.require_copilot_headers {
         check_openai_headers(state, r, endpoint);
     }
-    let body = r.json();
+    let body = match crate::openai_check::parse(endpoint, &r.body) {
+        Ok(body) => body,
+        Err(refused) => return refuse(state, refused),
+    };
     let model = body["model"].as_str().unwrap_or("").to_owned();
     let Some(entry) = state
         .config
@@ -1053,12 +1062,11 @@ fn openai(
     if let Err(refused) = crate::openai_check::check(
         endpoint,
         entry,
-        &r.body,
+        &body,
         &anthropic,
         r.header("copilot-vision-request") == Some("true"),
     ) {
-        lock(&state.violations).extend(refused.violation);
-        return json_resp(refused.status, &refused.body);
+        return refuse(state, refused);
     }
     let reply = pick_reply(state, &anthropic);
     let ctx = Ctx {

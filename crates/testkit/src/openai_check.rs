@@ -44,35 +44,39 @@ fn bad(endpoint: Endpoint, message: String, param: Option<&str>, code: &str) -> 
     }
 }
 
-/// Checks an OpenAI request `body` (raw bytes, and as JSON) for the catalog entry `model`.
-/// `anthropic` is its reverse translation (for the prompt's size).
-pub(crate) fn check(
-    endpoint: Endpoint,
-    model: &Value,
-    raw: &[u8],
-    anthropic: &Value,
-    vision_header: bool,
-) -> Result<(), Refused> {
-    let body: Value = serde_json::from_slice(raw).map_err(|e| {
+/// The request body as JSON, or OpenAI's refusal of one that is not.
+pub(crate) fn parse(endpoint: Endpoint, raw: &[u8]) -> Result<Value, Refused> {
+    serde_json::from_slice(raw).map_err(|e| {
         bad(
             endpoint,
             format!("We could not parse the JSON body of your request. ({e})"),
             None,
             "invalid_request_body",
         )
-    })?;
+    })
+}
+
+/// Checks an OpenAI request `body` for the catalog entry `model`. `anthropic` is its reverse
+/// translation (for the prompt's size).
+pub(crate) fn check(
+    endpoint: Endpoint,
+    model: &Value,
+    body: &Value,
+    anthropic: &Value,
+    vision_header: bool,
+) -> Result<(), Refused> {
     let typed = match endpoint {
-        Endpoint::ChatCompletions => chat_typed(&body),
-        Endpoint::Responses => responses_typed(&body),
+        Endpoint::ChatCompletions => chat_typed(body),
+        Endpoint::Responses => responses_typed(body),
         Endpoint::Messages => return Ok(()),
     }
     .map_err(|message| bad(endpoint, message, None, "invalid_request_body"))?;
-    unknown_fields(endpoint, &body, &typed, "")?;
+    unknown_fields(endpoint, body, &typed, "")?;
     match endpoint {
-        Endpoint::ChatCompletions => chat_rules(&body, model)?,
-        _ => responses_rules(&body, model)?,
+        Endpoint::ChatCompletions => chat_rules(body, model)?,
+        _ => responses_rules(body, model)?,
     }
-    shared_rules(endpoint, &body, model, anthropic, vision_header)
+    shared_rules(endpoint, body, model, anthropic, vision_header)
 }
 
 /// Deserializes `v` into `T`, naming the path of the first problem under `at`.
