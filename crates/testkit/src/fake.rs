@@ -1,8 +1,11 @@
 //! A fake GitHub (web + API) and Copilot API on one loopback port, with scripted model
-//! replies in the exact Anthropic wire format, request capture, and disconnect detection.
+//! replies in the exact wire formats (Anthropic `/v1/messages`; OpenAI `/chat/completions` and
+//! `/responses`), request capture, and disconnect detection.
 
 pub use crate::replies::{Block, Gate, Match, Reply, Rule};
 
+use crate::openai::{Endpoint, to_anthropic};
+use crate::openai_render::{self as render, ChatUsage, Ctx};
 use crate::replies::{Kind, Plan, event, render_events, render_message};
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -50,7 +53,8 @@ pub struct FakeConfig {
     pub login: String,
     /// The Copilot catalog.
     pub models: Vec<Value>,
-    /// Record violations of the Copilot header contract on `/v1/messages`.
+    /// Record violations of the Copilot header contract on the model endpoints
+    /// (`/v1/messages`, `/chat/completions`, `/responses`).
     pub require_copilot_headers: bool,
     /// SSE events per body write (real upstreams batch; benchmarks use 10).
     pub sse_events_per_write: usize,
@@ -60,6 +64,12 @@ pub struct FakeConfig {
     pub sse_chunk_per_event: bool,
     /// A pause between groups of events (a model's pace); `None`: as fast as the socket takes.
     pub sse_group_gap: Option<std::time::Duration>,
+    /// Chat Completions streams report usage inside the `finish_reason` chunk, as Copilot
+    /// sometimes does; off: in a last chunk of its own with `choices: []` (OpenAI's way).
+    pub chat_usage_in_finish_chunk: bool,
+    /// A scripted mid-stream error on `/responses` is a bare `error` event; off: a
+    /// `response.failed` event carrying the error (OpenAI's terminal event for a failure).
+    pub responses_error_event: bool,
 }
 
 impl Default for FakeConfig {
@@ -75,6 +85,8 @@ impl Default for FakeConfig {
             sse_events_per_write: 1,
             sse_chunk_per_event: false,
             sse_group_gap: None,
+            chat_usage_in_finish_chunk: false,
+            responses_error_event: false,
         }
     }
 }
@@ -103,14 +115,29 @@ impl CapturedRequest {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The body as JSON (`Null` when it is not JSON).
+    /// The body as JSON (`Null` when it is not JSON), as sent.
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 
-    /// The text of the last user message.
+    /// The model endpoint this request is for (`None`: not a model call).
+    pub fn endpoint(&self) -> Option<Endpoint> {
+        Endpoint::from_path(&self.path).filter(|_| self.method == "POST")
+    }
+
+    /// The body as an Anthropic Messages request: an OpenAI body through
+    /// [`crate::openai::to_anthropic`], any other as [`CapturedRequest::json`].
+    pub fn anthropic_json(&self) -> Value {
+        let body = self.json();
+        match self.endpoint() {
+            Some(e) => to_anthropic(e, &body),
+            None => body,
+        }
+    }
+
+    /// The text of the last user message (of the Anthropic form of an OpenAI body).
     pub fn last_user_text(&self) -> String {
-        last_user_text(&self.json())
+        last_user_text(&self.anthropic_json())
     }
 }
 
@@ -292,6 +319,16 @@ impl FakeUpstream {
         lock(&self.state.requests).clone()
     }
 
+    /// Every model call so far (`POST /v1/messages`, `/chat/completions`, `/responses`, and
+    /// the OpenAI endpoints' `/v1/` aliases), in arrival order.
+    pub fn model_requests(&self) -> Vec<CapturedRequest> {
+        lock(&self.state.requests)
+            .iter()
+            .filter(|r| r.endpoint().is_some())
+            .cloned()
+            .collect()
+    }
+
     /// Every `POST /v1/messages` so far.
     pub fn message_requests(&self) -> Vec<CapturedRequest> {
         lock(&self.state.requests)
@@ -367,7 +404,7 @@ impl FakeUpstream {
             .store(exhausted, Ordering::SeqCst);
     }
 
-    /// The next `count` `/v1/messages` calls answer 401.
+    /// The next `count` model calls (any endpoint) answer 401.
     pub fn reject_next_messages_with_401(&self, count: usize) {
         self.state.reject_messages.store(count, Ordering::SeqCst);
     }
@@ -387,6 +424,18 @@ impl FakeUpstream {
             n,
             timeout,
             "message requests",
+        )
+        .await
+    }
+
+    /// Waits until at least `n` model calls (any endpoint) have arrived.
+    pub async fn wait_model_requests(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        wait_count(
+            &self.state.request_notify,
+            || self.model_requests().len(),
+            n,
+            timeout,
+            "model requests",
         )
         .await
     }
@@ -414,8 +463,16 @@ impl FakeUpstream {
         .await
     }
 
-    /// Violations of the Copilot header contract seen on `/v1/messages`.
+    /// Violations of the Copilot contract so far: headers on every model endpoint, and on
+    /// `/chat/completions` and `/responses` also bodies the real upstream would refuse (each
+    /// prefixed with its endpoint). Same list as [`FakeUpstream::violations`].
     pub fn header_violations(&self) -> Vec<String> {
+        self.violations()
+    }
+
+    /// Every violation of the Copilot contract so far (headers and, on the OpenAI endpoints,
+    /// bodies); a test that expects a well-behaved proxy asserts it is empty.
+    pub fn violations(&self) -> Vec<String> {
         lock(&self.state.violations).clone()
     }
 
@@ -569,6 +626,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             json_resp(200, &json!({"input_tokens": captured.body.len() / 4}))
         }
         ("POST", "/v1/messages") => messages(&state, &captured, &auth),
+        ("POST", p)
+            if let Some(e) = Endpoint::from_path(p).filter(|e| *e != Endpoint::Messages) =>
+        {
+            openai(&state, &captured, &auth, e)
+        }
         _ => json_resp(404, &json!({"message": "Not Found"})),
     }
 }
@@ -720,9 +782,9 @@ fn check_headers(state: &State, r: &CapturedRequest) {
     lock(&state.violations).extend(v);
 }
 
-fn pick_reply(state: &State, r: &CapturedRequest) -> Reply {
-    let body = r.json();
-    let text = last_user_text(&body);
+/// The scripted reply for a request (its Anthropic form).
+fn pick_reply(state: &State, body: &Value) -> Reply {
+    let text = last_user_text(body);
     let has_tool_result = body["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
@@ -803,11 +865,14 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
     {
         return json_resp(status, &body);
     }
-    let reply = pick_reply(state, r);
+    let reply = pick_reply(state, &body);
     let id = state.ids.fetch_add(1, Ordering::SeqCst);
-    let input_tokens = crate::copilot_rules::prompt_tokens(&body);
+    let input_tokens = (
+        crate::copilot_rules::prompt_tokens(&body),
+        reply.cached_tokens,
+    );
     let stream = body["stream"] == true;
-    let mut resp = match reply.kind {
+    let resp = match reply.kind {
         Kind::Error {
             status,
             error_type,
@@ -837,24 +902,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
             plan,
         } if !stream => {
             let message = render_message(&blocks, &stop_reason, &model, id, input_tokens);
-            match plan {
-                Plan::CutAfterBytes(n) => cut_json(state, 200, &message.to_string(), n),
-                // A gate holds the whole (non-streaming) reply until it opens.
-                Plan::GateAfter(_, mut gate) => {
-                    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-                    tokio::spawn(async move {
-                        let _ = gate.wait_for(|open| *open).await;
-                        let _ = tx.send(Bytes::from(message.to_string())).await;
-                    });
-                    let mut r = Response::new(FakeBody::channel(state.clone(), rx).boxed_unsync());
-                    r.headers_mut().insert(
-                        http::header::CONTENT_TYPE,
-                        http::HeaderValue::from_static("application/json"),
-                    );
-                    r
-                }
-                _ => json_resp(200, &message),
-            }
+            json_plan(state, message, plan)
         }
         Kind::Blocks {
             blocks,
@@ -862,10 +910,20 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
             plan,
         } => {
             let events = render_events(&blocks, &stop_reason, &model, id, input_tokens);
-            sse_response(state.clone(), events, plan)
+            sse_response(state.clone(), events, plan, |_, kind, message| {
+                vec![event(
+                    "error",
+                    &json!({"type": "error", "error": {"type": kind, "message": message}}),
+                )]
+            })
         }
     };
-    for (k, v) in reply.headers {
+    finish_reply(resp, reply.headers)
+}
+
+/// Adds a reply's scripted headers and Copilot's request id.
+fn finish_reply(mut resp: Response<Body>, headers: Vec<(String, String)>) -> Response<Body> {
+    for (k, v) in headers {
         if let (Ok(k), Ok(v)) = (
             http::HeaderName::from_bytes(k.as_bytes()),
             http::HeaderValue::from_str(&v),
@@ -876,6 +934,229 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
     resp.headers_mut()
         .insert("x-request-id", http::HeaderValue::from_static("req_fake"));
     resp
+}
+
+/// Checks the headers of a call to `/chat/completions` or `/responses` (no Anthropic ones).
+fn check_openai_headers(state: &State, r: &CapturedRequest, endpoint: Endpoint) {
+    let mut v = Vec::new();
+    let path = endpoint.path();
+    for h in [
+        "x-request-id",
+        "x-github-api-version",
+        "copilot-integration-id",
+        "editor-version",
+    ] {
+        if r.header(h).is_none_or(str::is_empty) {
+            v.push(format!("{path}: missing {h}"));
+        }
+    }
+    if r.header("openai-intent") != Some("conversation-agent") {
+        v.push(format!(
+            "{path}: openai-intent is {:?}, want \"conversation-agent\"",
+            r.header("openai-intent")
+        ));
+    }
+    if !matches!(
+        r.header("x-interaction-type"),
+        Some("conversation-agent" | "conversation-compaction" | "conversation-subagent")
+    ) {
+        v.push(format!(
+            "{path}: x-interaction-type is {:?}",
+            r.header("x-interaction-type")
+        ));
+    }
+    if !matches!(r.header("x-initiator"), Some("user" | "agent")) {
+        v.push(format!(
+            "{path}: x-initiator is {:?}",
+            r.header("x-initiator")
+        ));
+    }
+    if !r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/json"))
+    {
+        v.push(format!(
+            "{path}: content-type is {:?}",
+            r.header("content-type")
+        ));
+    }
+    for h in ["anthropic-version", "anthropic-beta"] {
+        if let Some(value) = r.header(h) {
+            v.push(format!("{path}: {h} sent ({value:?})"));
+        }
+    }
+    lock(&state.violations).extend(v);
+}
+
+/// Answers a refused OpenAI request, recording the violation it is.
+fn refuse(state: &State, refused: crate::openai_check::Refused) -> Response<Body> {
+    lock(&state.violations).extend(refused.violation);
+    json_resp(refused.status, &refused.body)
+}
+
+/// `POST /chat/completions` and `POST /responses`: the same account checks as `/v1/messages`,
+/// the request held to the OpenAI schema and Copilot's rules, the reply in that dialect.
+fn openai(
+    state: &Arc<State>,
+    r: &CapturedRequest,
+    auth: &str,
+    endpoint: Endpoint,
+) -> Response<Body> {
+    let unauthorized = |message: &str| {
+        json_resp(
+            401,
+            &crate::copilot_rules::copilot_error(message, "unauthorized"),
+        )
+    };
+    if !copilot_token_ok(state, auth) {
+        return unauthorized("unauthorized: invalid or expired Copilot token");
+    }
+    if state
+        .reject_messages
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return unauthorized("unauthorized: token revoked");
+    }
+    if state.config.require_copilot_headers {
+        check_openai_headers(state, r, endpoint);
+    }
+    let body = match crate::openai_check::parse(endpoint, &r.body) {
+        Ok(body) => body,
+        Err(refused) => return refuse(state, refused),
+    };
+    let model = body["model"].as_str().unwrap_or("").to_owned();
+    let Some(entry) = state
+        .config
+        .models
+        .iter()
+        .find(|m| m["id"] == model.as_str())
+    else {
+        return json_resp(
+            400,
+            &json!({"error": {"message": "The requested model is not supported.", "code": "model_not_supported",
+                               "param": "model", "type": "invalid_request_error"}}),
+        );
+    };
+    let served = entry["supported_endpoints"]
+        .as_array()
+        .is_some_and(|e| e.iter().any(|x| x == endpoint.path()));
+    if !served {
+        return json_resp(
+            400,
+            &crate::copilot_rules::copilot_error(
+                &format!("model \"{model}\" is not supported via {}", endpoint.path()),
+                "unsupported_api_for_model",
+            ),
+        );
+    }
+    if state.premium_exhausted.load(Ordering::SeqCst)
+        && entry["billing"]["multiplier"].as_f64().unwrap_or(1.0) > 0.0
+    {
+        return json_resp(
+            402,
+            &crate::copilot_rules::copilot_error("You have no quota", "quota_exceeded"),
+        );
+    }
+    let anthropic = to_anthropic(endpoint, &body);
+    if let Err(refused) = crate::openai_check::check(
+        endpoint,
+        entry,
+        &body,
+        &anthropic,
+        r.header("copilot-vision-request") == Some("true"),
+    ) {
+        return refuse(state, refused);
+    }
+    let reply = pick_reply(state, &anthropic);
+    let ctx = Ctx {
+        model: &model,
+        id: state.ids.fetch_add(1, Ordering::SeqCst),
+        prompt_tokens: crate::copilot_rules::prompt_tokens(&anthropic),
+        cached_tokens: reply.cached_tokens,
+        created: u64::try_from(now_unix()).unwrap_or(0),
+    };
+    let stream = body["stream"] == true;
+    let resp = match reply.kind {
+        Kind::Error {
+            status,
+            error_type,
+            message,
+            cut_after,
+        } => {
+            let envelope = render::error_envelope(&error_type, &message);
+            match cut_after {
+                None => json_resp(status, &envelope),
+                Some(n) => cut_json(state, status, &envelope.to_string(), n),
+            }
+        }
+        Kind::Json(v) => json_resp(200, &v),
+        Kind::Raw {
+            status,
+            content_type,
+            body,
+        } => full(status, &content_type, body),
+        Kind::Blocks {
+            blocks,
+            stop_reason,
+            plan,
+        } if !stream => {
+            let whole = match endpoint {
+                Endpoint::Responses => render::responses_object(&blocks, &stop_reason, &ctx),
+                _ => render::chat_completion(&blocks, &stop_reason, &ctx),
+            };
+            json_plan(state, whole, plan)
+        }
+        Kind::Blocks {
+            blocks,
+            stop_reason,
+            plan,
+        } => match endpoint {
+            Endpoint::Responses => {
+                let events = render::responses_events(&blocks, &stop_reason, &ctx);
+                let as_error_event = state.config.responses_error_event;
+                sse_response(state.clone(), events, plan, |sent, kind, message| {
+                    render::responses_error_events(kind, message, sent, &ctx, as_error_event)
+                })
+            }
+            _ => {
+                let usage = if body["stream_options"]["include_usage"] != true {
+                    ChatUsage::None
+                } else if state.config.chat_usage_in_finish_chunk {
+                    ChatUsage::InFinish
+                } else {
+                    ChatUsage::OwnChunk
+                };
+                let events = render::chat_events(&blocks, &stop_reason, &ctx, usage);
+                sse_response(state.clone(), events, plan, |_, kind, message| {
+                    render::chat_error_events(kind, message)
+                })
+            }
+        },
+    };
+    finish_reply(resp, reply.headers)
+}
+
+/// A whole (non-streaming) reply under a plan: cut short, held by a gate, or sent.
+fn json_plan(state: &Arc<State>, whole: Value, plan: Plan) -> Response<Body> {
+    match plan {
+        Plan::CutAfterBytes(n) => cut_json(state, 200, &whole.to_string(), n),
+        // A gate holds the whole reply until it opens.
+        Plan::GateAfter(_, mut gate) => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+            tokio::spawn(async move {
+                let _ = gate.wait_for(|open| *open).await;
+                let _ = tx.send(Bytes::from(whole.to_string())).await;
+            });
+            let mut r = Response::new(FakeBody::channel(state.clone(), rx).boxed_unsync());
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        _ => json_resp(200, &whole),
+    }
 }
 
 fn batch(events: &[String], per_write: usize) -> Vec<Bytes> {
@@ -895,7 +1176,14 @@ fn stream_chunks(state: &State, events: &[String]) -> (Vec<Bytes>, usize) {
     }
 }
 
-fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<Body> {
+/// A streamed reply under a plan; `error_tail(sent, type, message)` renders a scripted
+/// mid-stream error after `sent` events, in the stream's dialect.
+fn sse_response(
+    state: Arc<State>,
+    events: Vec<String>,
+    plan: Plan,
+    error_tail: impl FnOnce(usize, &str, &str) -> Vec<String>,
+) -> Response<Body> {
     let per = state.config.sse_events_per_write;
     let body = match plan {
         Plan::Normal => {
@@ -907,10 +1195,7 @@ fn sse_response(state: Arc<State>, events: Vec<String>, plan: Plan) -> Response<
         }
         Plan::ErrorAfter(n, kind, message) => {
             let mut evs: Vec<String> = events.into_iter().take(n).collect();
-            evs.push(event(
-                "error",
-                &json!({"type": "error", "error": {"type": kind, "message": message}}),
-            ));
+            evs.extend(error_tail(evs.len(), &kind, &message));
             FakeBody::ready(state.clone(), batch(&evs, per))
         }
         Plan::TruncateAfter(n) => {
@@ -1138,8 +1423,11 @@ impl Drop for FakeBody {
     }
 }
 
-/// A realistic Copilot catalog: Claude models on `/v1/messages` plus entries the Claude filter
-/// must drop (other vendors, no `/v1/messages`, hidden from pickers, no tool calls, embeddings).
+/// A realistic Copilot catalog: Claude models on `/v1/messages`; OpenAI and Google models on
+/// `/responses` and/or `/chat/completions` (`gpt-5.4` responses only, premium; `gpt-5-mini`
+/// both, included; `gpt-4.1` and `gpt-4o` chat only, included; `gemini-3.1-pro` chat only,
+/// premium); and entries a Claude filter must drop (no `/v1/messages`, hidden from pickers,
+/// no tool calls, embeddings).
 pub fn default_models() -> Vec<Value> {
     let claude = |id: &str, name: &str, default: bool, effort: bool| {
         let mut supports = json!({"streaming": true, "tool_calls": true, "vision": true, "parallel_tool_calls": true,
@@ -1185,16 +1473,93 @@ pub fn default_models() -> Vec<Value> {
             true,
         ),
         claude("claude-sonnet-4", "Claude Sonnet 4", false, false),
-        json!({"id": "gpt-5.4", "name": "GPT-5.4", "vendor": "OpenAI", "object": "model", "model_picker_enabled": true, "is_chat_default": false,
-               "supported_endpoints": ["/responses"], "capabilities": {"type": "chat", "supports": {"tool_calls": true, "streaming": true}}}),
-        json!({"id": "gpt-4o", "name": "GPT-4o", "vendor": "Azure OpenAI", "object": "model", "model_picker_enabled": true, "is_chat_default": false,
-               "supported_endpoints": ["/chat/completions"], "capabilities": {"type": "chat", "supports": {"tool_calls": true, "streaming": true}}}),
+        openai_model(OpenAiModel {
+            id: "gpt-5.4",
+            name: "GPT-5.4",
+            vendor: "OpenAI",
+            endpoints: &["/responses"],
+            limits: (400_000, 272_000, 128_000),
+            efforts: &["low", "medium", "high"],
+            multiplier: 1.0,
+        }),
+        openai_model(OpenAiModel {
+            id: "gpt-5-mini",
+            name: "GPT-5 mini",
+            vendor: "Azure OpenAI",
+            endpoints: &["/chat/completions", "/responses"],
+            limits: (264_000, 128_000, 64_000),
+            efforts: &["low", "medium", "high"],
+            multiplier: 0.0,
+        }),
+        openai_model(OpenAiModel {
+            id: "gpt-4.1",
+            name: "GPT-4.1",
+            vendor: "Azure OpenAI",
+            endpoints: &["/chat/completions"],
+            limits: (128_000, 128_000, 16_384),
+            efforts: &[],
+            multiplier: 0.0,
+        }),
+        openai_model(OpenAiModel {
+            id: "gpt-4o",
+            name: "GPT-4o",
+            vendor: "Azure OpenAI",
+            endpoints: &["/chat/completions"],
+            limits: (128_000, 64_000, 4_096),
+            efforts: &[],
+            multiplier: 0.0,
+        }),
+        openai_model(OpenAiModel {
+            id: "gemini-3.1-pro",
+            name: "Gemini 3.1 Pro",
+            vendor: "Google",
+            endpoints: &["/chat/completions"],
+            limits: (128_000, 128_000, 64_000),
+            efforts: &[],
+            multiplier: 1.0,
+        }),
         legacy,
         hidden,
         notools,
         json!({"id": "text-embedding-3-small", "name": "Embedding V3 small", "vendor": "Azure OpenAI", "object": "model",
-               "model_picker_enabled": false, "capabilities": {"type": "embeddings"}}),
+               "version": "text-embedding-3-small", "model_picker_enabled": false, "is_chat_default": false, "preview": false,
+               "capabilities": {"family": "text-embedding-3-small", "type": "embeddings", "tokenizer": "cl100k_base",
+                                "limits": {"max_inputs": 512}, "supports": {"dimensions": true}},
+               "billing": {"is_premium": false, "multiplier": 0.0}}),
     ]
+}
+
+/// A non-Claude catalog entry, as Copilot's `/models` lists one.
+struct OpenAiModel {
+    id: &'static str,
+    name: &'static str,
+    vendor: &'static str,
+    endpoints: &'static [&'static str],
+    /// (context window, prompt, output) tokens.
+    limits: (u64, u64, u64),
+    /// `capabilities.supports.reasoning_effort` (empty: a model without effort control).
+    efforts: &'static [&'static str],
+    /// Premium requests per call (0: included in the plan).
+    multiplier: f64,
+}
+
+fn openai_model(m: OpenAiModel) -> Value {
+    let (context, prompt, output) = m.limits;
+    let mut supports = json!({"streaming": true, "tool_calls": true, "parallel_tool_calls": true,
+                              "vision": true, "structured_outputs": true});
+    if !m.efforts.is_empty() {
+        supports["reasoning_effort"] = json!(m.efforts);
+    }
+    json!({"id": m.id, "name": m.name, "vendor": m.vendor, "version": m.id, "object": "model",
+           "model_picker_enabled": true, "model_picker_category": "versatile", "is_chat_default": false, "preview": false,
+           "supported_endpoints": m.endpoints,
+           "capabilities": {"family": m.id, "object": "model_capabilities", "type": "chat", "tokenizer": "o200k_base",
+                            "limits": {"max_context_window_tokens": context, "max_prompt_tokens": prompt, "max_output_tokens": output,
+                                       "vision": {"max_prompt_image_size": 3_145_728, "max_prompt_images": 1,
+                                                  "supported_media_types": ["image/jpeg", "image/png", "image/webp", "image/gif"]}},
+                            "supports": supports},
+           "billing": {"is_premium": m.multiplier > 0.0, "multiplier": m.multiplier},
+           "policy": {"state": "enabled", "terms": "Enable access to the latest models."}})
 }
 
 /// Waits until `count()` reaches `n`; `notify` fires whenever it may have grown.

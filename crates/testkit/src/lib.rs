@@ -1,11 +1,14 @@
 //! Test support for claude-host: a scripted fake GitHub + Copilot server that speaks the real
-//! wire formats ([`fake`]), and a helper that provides the pinned real Claude Code CLI
+//! wire formats ([`fake`]; its OpenAI endpoints' side in [`openai`]), and a helper that provides the pinned real Claude Code CLI
 //! ([`cli`]). The model is the only fake: everything else in the tests is real.
 
 pub mod cli;
 pub mod copilot_rules;
 pub mod fake;
 pub mod fake_cli;
+pub mod openai;
+mod openai_check;
+mod openai_render;
 pub mod pg;
 mod replies;
 

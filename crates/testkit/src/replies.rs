@@ -1,4 +1,5 @@
-//! Scripted model replies and how they are rendered as Anthropic SSE or JSON.
+//! Scripted model replies and how they are rendered as Anthropic SSE or JSON (the OpenAI
+//! renderings are in `openai_render`).
 
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -96,14 +97,17 @@ pub(crate) enum Kind {
     },
 }
 
-/// What the fake answers to a `/v1/messages` request.
+/// What the fake answers to a model request (`/v1/messages`, `/chat/completions` or
+/// `/responses`, each in its own wire format).
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub(crate) kind: Kind,
     pub(crate) headers: Vec<(String, String)>,
+    /// Prompt tokens reported as read from the cache.
+    pub(crate) cached_tokens: u64,
 }
 
-fn split_text(text: &str, piece: usize) -> Vec<String> {
+pub(crate) fn split_text(text: &str, piece: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars
         .chunks(piece.max(1))
@@ -120,6 +124,7 @@ impl Reply {
                 plan,
             },
             headers: Vec::new(),
+            cached_tokens: 0,
         }
     }
 
@@ -186,6 +191,7 @@ impl Reply {
                 cut_after: None,
             },
             headers: Vec::new(),
+            cached_tokens: 0,
         }
     }
 
@@ -205,6 +211,7 @@ impl Reply {
                 cut_after: Some(after_bytes),
             },
             headers: Vec::new(),
+            cached_tokens: 0,
         }
     }
 
@@ -292,6 +299,7 @@ impl Reply {
         Reply {
             kind: Kind::Json(value),
             headers: Vec::new(),
+            cached_tokens: 0,
         }
     }
 
@@ -304,12 +312,31 @@ impl Reply {
                 body: body.into(),
             },
             headers: Vec::new(),
+            cached_tokens: 0,
         }
     }
 
     /// Adds a response header.
     pub fn with_header(mut self, name: &str, value: &str) -> Reply {
         self.headers.push((name.to_ascii_lowercase(), value.into()));
+        self
+    }
+
+    /// Ends a blocks reply with this Anthropic stop reason instead (`max_tokens`, `refusal`,
+    /// `stop_sequence`, ...); the OpenAI renderings map it (`max_tokens` -> `length` /
+    /// `response.incomplete`, `refusal` -> `content_filter` / a refusal part). No effect on
+    /// other replies.
+    pub fn with_stop_reason(mut self, stop_reason: &str) -> Reply {
+        if let Kind::Blocks { stop_reason: s, .. } = &mut self.kind {
+            *s = stop_reason.into();
+        }
+        self
+    }
+
+    /// Reports `tokens` of the prompt as read from the cache (`cache_read_input_tokens`;
+    /// OpenAI's `cached_tokens`, part of the prompt count). Default 0.
+    pub fn with_cached_tokens(mut self, tokens: u64) -> Reply {
+        self.cached_tokens = tokens;
         self
     }
 }
@@ -324,14 +351,15 @@ pub(crate) fn render_events(
     stop_reason: &str,
     model: &str,
     id: u64,
-    input_tokens: u64,
+    (input_tokens, cached): (u64, u64),
 ) -> Vec<String> {
+    let cached = cached.min(input_tokens);
     let mut ev = vec![
         event(
             "message_start",
             &json!({"type": "message_start", "message": {"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant",
                 "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": input_tokens, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}),
+                "usage": {"input_tokens": input_tokens - cached, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}}}),
         ),
         event("ping", &json!({"type": "ping"})),
     ];
@@ -387,8 +415,9 @@ pub(crate) fn render_message(
     stop_reason: &str,
     model: &str,
     id: u64,
-    input_tokens: u64,
+    (input_tokens, cached): (u64, u64),
 ) -> Value {
+    let cached = cached.min(input_tokens);
     let content: Vec<Value> = blocks
         .iter()
         .enumerate()
@@ -400,5 +429,5 @@ pub(crate) fn render_message(
         .collect();
     json!({"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant", "model": model, "content": content,
            "stop_reason": stop_reason, "stop_sequence": null,
-           "usage": {"input_tokens": input_tokens, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+           "usage": {"input_tokens": input_tokens - cached, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}})
 }

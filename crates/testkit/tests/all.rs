@@ -4,6 +4,8 @@
 // Test helpers outside #[test] functions panic on failure by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod suite;
+
 use claude_host_testkit::fake::{FakeConfig, FakeUpstream, Match, Reply, Rule};
 use serde_json::{Value, json};
 use std::time::Duration;

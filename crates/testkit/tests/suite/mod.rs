@@ -1,0 +1,3 @@
+//! Test modules of the fake, by area.
+
+mod openai;
