@@ -9,7 +9,7 @@
 
 use super::emit::{Emitter, ItemId, Kind, StopReason, generated_id};
 use super::errors::{OpenAiError, cut_short, untranslatable};
-use super::wire::{lenient_u64, nonempty, str_inner};
+use super::wire::{List, lenient_u64, nonempty, str_inner};
 use super::{CHAT_SIGNATURE, Step, Usage};
 use bytes::BytesMut;
 use serde::Deserialize;
@@ -20,7 +20,7 @@ pub(crate) struct Chunk<'a> {
     #[serde(borrow, default)]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    choices: Option<Vec<Choice<'a>>>,
+    choices: Option<List<Choice<'a>>>,
     #[serde(default)]
     usage: Option<ChatUsage>,
     #[serde(borrow, default)]
@@ -48,7 +48,7 @@ struct Delta<'a> {
     #[serde(borrow, default)]
     reasoning_opaque: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+    tool_calls: Option<List<ToolCallDelta<'a>>>,
 }
 
 #[derive(Deserialize)]
@@ -191,13 +191,14 @@ impl ChatStream {
         if data == b"[DONE]" {
             return self.end_of_stream(out);
         }
-        let chunk: Chunk = match serde_json::from_slice(data) {
-            Ok(c) => c,
-            Err(_) if name == Some(b"error") => {
+        // One UTF-8 check for the whole event rather than one per string inside it.
+        let chunk: Chunk = match std::str::from_utf8(data).map(serde_json::from_str) {
+            Ok(Ok(c)) => c,
+            _ if name == Some(b"error") => {
                 let text = String::from_utf8_lossy(data);
                 return self.fail(super::errors::envelope(None, &text));
             }
-            Err(_) => return self.fail(untranslatable("a chunk")),
+            _ => return self.fail(untranslatable("a chunk")),
         };
         if let Some(error) = chunk.error {
             return self.fail(error.envelope());

@@ -7,7 +7,7 @@
 
 use super::emit::{Emitter, ItemId, Kind, StopReason};
 use super::errors::{OpenAiError, cut_short, envelope, untranslatable};
-use super::wire::{lenient_u64, nonempty, str_inner};
+use super::wire::{lenient, lenient_u64, nonempty, str_inner};
 use super::{RESPONSES_SIGNATURE, Step, Usage};
 use bytes::BytesMut;
 use serde::Deserialize;
@@ -28,15 +28,15 @@ struct Event<'a> {
     delta: Option<&'a RawValue>,
     #[serde(borrow, default)]
     arguments: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "lenient")]
     item: Option<OutputItem<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "lenient")]
     response: Option<ResponseObject<'a>>,
     #[serde(borrow, default)]
     code: Option<&'a RawValue>,
     #[serde(borrow, default)]
     message: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "lenient")]
     error: Option<OpenAiError<'a>>,
 }
 
@@ -60,9 +60,9 @@ pub(crate) struct OutputItem<'a> {
     pub arguments: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub encrypted_content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "lenient")]
     pub summary: Option<Vec<TextPart<'a>>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "lenient")]
     pub content: Option<Vec<TextPart<'a>>>,
 }
 
@@ -83,11 +83,11 @@ pub(crate) struct ResponseObject<'a> {
     pub id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub status: Option<&'a RawValue>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub usage: Option<ResponsesUsage>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "lenient")]
     pub incomplete_details: Option<IncompleteDetails<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "lenient")]
     pub error: Option<OpenAiError<'a>>,
 }
 
@@ -205,9 +205,10 @@ impl ResponsesStream {
         if data.is_empty() || data == b"[DONE]" {
             return Step::Continue;
         }
-        let event: Event = match serde_json::from_slice(data) {
-            Ok(e) => e,
-            Err(_) => {
+        // One UTF-8 check for the whole event rather than one per string inside it.
+        let event: Event = match std::str::from_utf8(data).map(serde_json::from_str) {
+            Ok(Ok(e)) => e,
+            _ => {
                 let kind = serde_json::from_slice::<TypeOnly>(data)
                     .ok()
                     .and_then(|t| str_inner(t.kind).map(<[u8]>::to_vec));

@@ -1,5 +1,6 @@
 //! Tests of the OpenAI translation: requests, both stream dialects, JSON replies.
 
+mod perf;
 mod reply;
 mod request;
 mod round_trip;
