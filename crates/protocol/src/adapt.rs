@@ -7,7 +7,11 @@
 //! byte for byte. docs/PROXY.md lists the rules with the error each prevents.
 
 use crate::messages::MessagesRequest;
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 /// What a model accepts, from the upstream's catalog.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,6 +48,9 @@ pub enum Rule {
     EffortMapped,
     /// `output_config.effort` removed: the model takes no effort level.
     EffortRemoved,
+    /// Thinking blocks another model's reasoning became (signed `claude-host:…`) removed from
+    /// the history: Anthropic would refuse their signatures.
+    ForeignThinkingRemoved,
 }
 
 impl Rule {
@@ -57,6 +64,7 @@ impl Rule {
             Rule::ThinkingRemoved => "thinking_removed",
             Rule::EffortMapped => "effort_mapped",
             Rule::EffortRemoved => "effort_removed",
+            Rule::ForeignThinkingRemoved => "foreign_thinking_removed",
         }
     }
 }
@@ -110,10 +118,32 @@ impl Adapted {
 }
 
 /// Anthropic's server-executed tool families (their `type` starts with these).
-const SERVER_TOOLS: [&str; 3] = ["web_search_", "web_fetch_", "code_execution_"];
+pub(crate) const SERVER_TOOLS: [&str; 3] = ["web_search_", "web_fetch_", "code_execution_"];
 
-/// The effort levels in rising order.
-const EFFORTS: [&str; 5] = ["low", "medium", "high", "xhigh", "max"];
+/// The effort levels in rising order (OpenAI's `none` and `minimal` below Anthropic's).
+const EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
+
+/// The prefix of the signature claude-host gives a thinking block made from another model's
+/// reasoning (`openai`), so the block is recognised when it comes back.
+pub const FOREIGN_SIGNATURE_PREFIX: &str = "claude-host:";
+
+/// The level to ask for when `asked` is wanted and the model offers `offered`: `asked` itself
+/// when offered, else the highest offered level below it, else the lowest offered; `None` when
+/// nothing is offered. An unknown `asked` counts as `medium`.
+pub(crate) fn fit_effort<'a>(asked: &str, offered: &'a [String]) -> Option<&'a str> {
+    if let Some(same) = offered.iter().find(|l| *l == asked) {
+        return Some(same);
+    }
+    let rank = |l: &str| EFFORTS.iter().position(|e| *e == l);
+    let asked_rank = rank(asked).or_else(|| rank("medium")).unwrap_or_default();
+    let ranked = || offered.iter().filter_map(|l| rank(l).map(|r| (r, l)));
+    ranked()
+        .filter(|(r, _)| *r <= asked_rank)
+        .max_by_key(|(r, _)| *r)
+        .or_else(|| ranked().min_by_key(|(r, _)| *r))
+        .map(|(_, l)| l.as_str())
+        .or_else(|| offered.first().map(String::as_str))
+}
 
 fn field(req: &MessagesRequest, name: &str) -> Option<Value> {
     req.field(name)
@@ -158,13 +188,181 @@ pub fn adapt(req: &MessagesRequest, rules: &ModelRules) -> Result<Adapted, Refus
         out.fields
             .push(("max_tokens".to_owned(), Some(limit.to_string())));
     }
+    let messages = req.field("messages").map(RawValue::get).unwrap_or("[]");
+    let kept = without_foreign_thinking(messages);
+    if let Some(kept) = &kept {
+        out.rules.push(Rule::ForeignThinkingRemoved);
+        out.fields.push(("messages".to_owned(), Some(kept.clone())));
+    }
     if let Some(Value::Object(thinking)) = field(req, "thinking") {
         adapt_thinking(thinking, max_tokens, rules, &mut out);
+        if thinking_sent_enabled(req, &out)
+            && last_assistant_lacks_thinking(kept.as_deref().unwrap_or(messages))
+        {
+            // Anthropic refuses a tool loop whose assistant turn has no thinking while
+            // thinking is enabled; the turn came from a model whose reasoning does not count.
+            out.fields.retain(|(name, _)| name != "thinking");
+            out.rules.retain(|r| {
+                !matches!(
+                    r,
+                    Rule::ThinkingToAdaptive
+                        | Rule::ThinkingToEnabled
+                        | Rule::ThinkingBudgetClamped
+                )
+            });
+            out.fields.push(("thinking".into(), None));
+            out.rules.push(Rule::ThinkingRemoved);
+        }
     }
     if let Some(Value::Object(config)) = field(req, "output_config") {
         adapt_effort(config, rules, &mut out);
     }
     Ok(out)
+}
+
+#[derive(Deserialize)]
+struct MessagePeek<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct BlockPeek<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    signature: Option<Cow<'a, str>>,
+}
+
+impl BlockPeek<'_> {
+    fn is_foreign_thinking(&self) -> bool {
+        self.kind.as_deref() == Some("thinking")
+            && self
+                .signature
+                .as_deref()
+                .is_some_and(|s| s.starts_with(FOREIGN_SIGNATURE_PREFIX))
+    }
+}
+
+fn blocks(content: Option<&RawValue>) -> Vec<&RawValue> {
+    content
+        .filter(|c| c.get().starts_with('['))
+        .and_then(|c| serde_json::from_str(c.get()).ok())
+        .unwrap_or_default()
+}
+
+/// `messages` (raw JSON) without the thinking blocks made from other models' reasoning, and
+/// without the assistant messages that held nothing else; `None` when there are none. Every
+/// other message and block is kept byte for byte.
+fn without_foreign_thinking(messages: &str) -> Option<String> {
+    // Nearly every request has none: one substring search settles those.
+    if !messages.contains(FOREIGN_SIGNATURE_PREFIX) {
+        return None;
+    }
+    let list: Vec<&RawValue> = serde_json::from_str(messages).ok()?;
+    let mut out = String::with_capacity(messages.len());
+    let mut changed = false;
+    out.push('[');
+    for message in list {
+        let kept = rewrite_assistant(message);
+        let text = match &kept {
+            None => message.get(),
+            Some(None) => {
+                changed = true;
+                continue;
+            }
+            Some(Some(rewritten)) => {
+                changed = true;
+                rewritten.as_str()
+            }
+        };
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(text);
+    }
+    out.push(']');
+    changed.then_some(out)
+}
+
+/// `None`: the message is kept as it is; `Some(None)`: it is left empty and removed;
+/// `Some(Some(json))`: it is rewritten without its foreign thinking blocks.
+fn rewrite_assistant(message: &RawValue) -> Option<Option<String>> {
+    let peek: MessagePeek = serde_json::from_str(message.get()).ok()?;
+    if peek.role.as_deref() != Some("assistant") {
+        return None;
+    }
+    let all = blocks(peek.content);
+    let kept: Vec<&RawValue> = all
+        .iter()
+        .copied()
+        .filter(|b| {
+            !serde_json::from_str::<BlockPeek>(b.get()).is_ok_and(|p| p.is_foreign_thinking())
+        })
+        .collect();
+    if kept.len() == all.len() {
+        return None;
+    }
+    if kept.is_empty() {
+        return Some(None);
+    }
+    let fields: IndexMap<String, &RawValue> = serde_json::from_str(message.get()).ok()?;
+    let mut out = String::with_capacity(message.get().len());
+    out.push('{');
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).ok()?);
+        out.push(':');
+        if key == "content" {
+            out.push('[');
+            for (j, block) in kept.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                out.push_str(block.get());
+            }
+            out.push(']');
+        } else {
+            out.push_str(value.get());
+        }
+    }
+    out.push('}');
+    Some(Some(out))
+}
+
+/// Whether the request goes out with `thinking.type: "enabled"` after fitting.
+fn thinking_sent_enabled(req: &MessagesRequest, out: &Adapted) -> bool {
+    let sent = match out.fields.iter().find(|(name, _)| name == "thinking") {
+        Some((_, None)) => return false,
+        Some((_, Some(changed))) => serde_json::from_str::<Value>(changed).ok(),
+        None => field(req, "thinking"),
+    };
+    sent.as_ref()
+        .and_then(|t| t.get("type"))
+        .and_then(Value::as_str)
+        == Some("enabled")
+}
+
+/// Whether the last assistant message calls a tool without a thinking block of its own.
+fn last_assistant_lacks_thinking(messages: &str) -> bool {
+    let list: Vec<&RawValue> = serde_json::from_str(messages).unwrap_or_default();
+    let Some(last) = list.iter().rev().find_map(|m| {
+        serde_json::from_str::<MessagePeek>(m.get())
+            .ok()
+            .filter(|p| p.role.as_deref() == Some("assistant"))
+    }) else {
+        return false;
+    };
+    let kinds: Vec<BlockPeek> = blocks(last.content)
+        .iter()
+        .filter_map(|b| serde_json::from_str(b.get()).ok())
+        .collect();
+    let has = |k: &str| kinds.iter().any(|b| b.kind.as_deref() == Some(k));
+    has("tool_use") && !has("thinking") && !has("redacted_thinking")
 }
 
 fn adapt_thinking(
@@ -246,23 +444,15 @@ fn adapt_effort(mut config: Map<String, Value>, rules: &ModelRules, out: &mut Ad
     if rules.effort_levels.contains(&asked) {
         return;
     }
-    let rule = if rules.effort_levels.is_empty() {
-        config.remove("effort");
-        Rule::EffortRemoved
-    } else {
-        let rank = |l: &str| EFFORTS.iter().position(|e| *e == l);
-        let asked_rank = rank(&asked).unwrap_or(1);
-        // The highest level at or below the one asked for, else the lowest offered.
-        let level = rules
-            .effort_levels
-            .iter()
-            .filter(|l| rank(l).is_some_and(|r| r <= asked_rank))
-            .max_by_key(|l| rank(l))
-            .or_else(|| rules.effort_levels.iter().min_by_key(|l| rank(l)))
-            .cloned()
-            .unwrap_or_default();
-        config.insert("effort".into(), json!(level));
-        Rule::EffortMapped
+    let rule = match fit_effort(&asked, &rules.effort_levels) {
+        None => {
+            config.remove("effort");
+            Rule::EffortRemoved
+        }
+        Some(level) => {
+            config.insert("effort".into(), json!(level));
+            Rule::EffortMapped
+        }
     };
     out.rules.push(rule);
     out.fields.push((
@@ -433,5 +623,97 @@ mod tests {
                 kind: "web_search_20250305".into()
             }
         );
+    }
+
+    fn with_history(messages: Value, extra: Value) -> MessagesRequest {
+        let mut body = json!({"model": "m", "max_tokens": 32000, "messages": messages});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        MessagesRequest::parse(&serde_json::to_vec(&body).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn foreign_thinking_is_removed_for_claude_and_empty_turns_with_it() {
+        let messages = json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "t", "signature": "claude-host:responses:E"}]},
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "mine", "signature": "Eq=="},
+                {"type": "thinking", "thinking": "t", "signature": "claude-host:chat:O"},
+                {"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "user", "content": "more"}
+        ]);
+        let a = adapt(&with_history(messages, json!({})), &sonnet45()).unwrap();
+        assert_eq!(a.rules, [Rule::ForeignThinkingRemoved]);
+        assert_eq!(
+            changed(&a, "messages"),
+            Some(json!([
+                {"role": "user", "content": "hi"},
+                {"role": "user", "content": "again"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "mine", "signature": "Eq=="},
+                    {"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "user", "content": "more"}
+            ]))
+        );
+        // Claude's own blocks, or the marker inside a text, change nothing.
+        let own = json!([{"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "x", "signature": "Eq=="},
+            {"type": "text", "text": "claude-host:chat:"}]}]);
+        assert!(
+            adapt(&with_history(own, json!({})), &sonnet45())
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_tool_loop_without_its_thinking_goes_out_without_thinking() {
+        let loop_from = |thinking: Value| {
+            json!([
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [thinking,
+                    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}
+            ])
+        };
+        let enabled = json!({"thinking": {"type": "enabled", "budget_tokens": 4000}});
+        let foreign = loop_from(
+            json!({"type": "thinking", "thinking": "t", "signature": "claude-host:chat:O"}),
+        );
+        let a = adapt(&with_history(foreign.clone(), enabled.clone()), &sonnet45()).unwrap();
+        assert_eq!(
+            a.rules,
+            [Rule::ForeignThinkingRemoved, Rule::ThinkingRemoved]
+        );
+        assert_eq!(changed(&a, "thinking"), Some(Value::Null));
+        // A turn with its own thinking keeps thinking on.
+        let own = loop_from(json!({"type": "thinking", "thinking": "t", "signature": "Eq=="}));
+        assert!(
+            adapt(&with_history(own, enabled), &sonnet45())
+                .unwrap()
+                .is_empty()
+        );
+        // Adaptive thinking does not need the turn's thinking: it stays.
+        let a = adapt(
+            &with_history(foreign.clone(), json!({"thinking": {"type": "adaptive"}})),
+            &opus(),
+        )
+        .unwrap();
+        assert_eq!(a.rules, [Rule::ForeignThinkingRemoved]);
+        // Adaptive made enabled for a model without it is enabled when sent.
+        let a = adapt(
+            &with_history(foreign, json!({"thinking": {"type": "adaptive"}})),
+            &sonnet45(),
+        )
+        .unwrap();
+        assert_eq!(
+            a.rules,
+            [Rule::ForeignThinkingRemoved, Rule::ThinkingRemoved]
+        );
+        assert_eq!(a.fields.iter().filter(|(k, _)| k == "thinking").count(), 1);
     }
 }

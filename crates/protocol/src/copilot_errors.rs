@@ -28,7 +28,7 @@ pub enum CopilotRefusal {
     VisionDisabled,
 }
 
-fn numbers(text: &str) -> Vec<u64> {
+pub(crate) fn numbers(text: &str) -> Vec<u64> {
     text.split(|c: char| !c.is_ascii_digit())
         .filter_map(|n| n.parse().ok())
         .collect()

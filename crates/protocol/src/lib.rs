@@ -14,6 +14,7 @@ pub mod log_safe;
 pub mod messages;
 pub mod model_id;
 pub mod models;
+pub mod openai;
 pub mod request_kind;
 pub mod sse;
 pub mod stream_json;

@@ -168,6 +168,11 @@ impl MessagesRequest {
     pub fn field(&self, name: &str) -> Option<&RawValue> {
         self.fields.get(name).map(|v| &**v)
     }
+
+    /// Every top-level field, in the client's order.
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &RawValue)> {
+        self.fields.iter().map(|(k, v)| (k.as_str(), &**v))
+    }
 }
 
 #[derive(Deserialize)]
