@@ -98,28 +98,30 @@ async fn oversized_bodies_are_413() {
 }
 
 #[tokio::test]
-async fn unknown_model_is_404_listing_the_claude_models_with_no_upstream_call() {
+async fn unknown_model_is_404_listing_the_plans_models_with_no_upstream_call() {
     let e = env().await;
     let mut req = request("hi", true);
-    req["model"] = json!("gpt-4o");
+    req["model"] = json!("gpt-9-unheard-of");
     let (status, body) = error_of(e.messages(req).await).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["type"], "not_found_error");
     let msg = body["error"]["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("Unknown model: gpt-4o. Available Claude models: claude-opus-5-5"),
+        msg.starts_with("Unknown model: gpt-9-unheard-of. Available models: claude-opus-5-5"),
         "{msg}"
     );
     for listed in [
         "claude-sonnet-4-5",
         "claude-haiku-5-5",
         "claude-opus-4-6-1m",
+        "gpt-5.4",
+        "gpt-4.1",
+        "gemini-3.1-pro",
     ] {
         assert!(msg.contains(listed), "{msg}");
     }
-    let listed = msg.split_once("Available Claude models:").unwrap().1;
+    let listed = msg.split_once("Available models:").unwrap().1;
     for hidden in [
-        "gpt",
         "claude-hidden",
         "claude-notools",
         "legacy",
@@ -399,7 +401,7 @@ async fn unreachable_upstream_is_502_api_error() {
 }
 
 #[tokio::test]
-async fn models_page_lists_claude_models_in_sdk_form_default_first() {
+async fn models_page_lists_the_plans_models_default_first_then_claude_with_their_api() {
     let e = env().await;
     let resp = e
         .http
@@ -427,7 +429,27 @@ async fn models_page_lists_claude_models_in_sdk_form_default_first() {
     ] {
         assert!(ids.contains(&want), "{want} missing from {ids:?}");
     }
-    assert_eq!(ids.len(), 7, "{ids:?}");
+    // Claude models first (Claude Code's own), then the others in catalog order.
+    assert_eq!(
+        ids[7..],
+        ["gpt-5.4", "gpt-5-mini", "gpt-4.1", "gpt-4o", "gemini-3.1-pro"],
+        "{ids:?}"
+    );
+    let entry = |id: &str| {
+        page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(entry("gpt-5.4")["copilot"]["endpoint"], "/responses");
+    assert_eq!(entry("gpt-5.4")["copilot"]["reasoning"], true);
+    assert_eq!(entry("gpt-4.1")["copilot"]["endpoint"], "/chat/completions");
+    assert_eq!(entry("gpt-4.1")["copilot"]["premium_multiplier"], 0.0);
+    assert_eq!(entry("claude-opus-5-5")["copilot"]["endpoint"], "/v1/messages");
+    assert!(entry("gpt-5.4")["max_input_tokens"].is_u64());
     assert_eq!(page["has_more"], false);
     assert_eq!(page["first_id"], ids[0]);
     assert_eq!(page["last_id"], *ids.last().unwrap());
