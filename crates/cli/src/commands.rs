@@ -605,9 +605,21 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
             None
         }
     };
-    let compact_window = catalog
-        .as_ref()
-        .and_then(|c| c.models.iter().filter_map(|m| m.max_prompt_tokens).min());
+    // The model the user named, else the Claude models' smallest limit (models the user may
+    // switch to with /model; the others are asked for by name).
+    let named = model_argument(&args.args);
+    let compact_window =
+        catalog
+            .as_ref()
+            .and_then(|c| match named.as_deref().and_then(|m| c.find(m)) {
+                Some(m) => m.max_prompt_tokens,
+                None => c
+                    .models
+                    .iter()
+                    .filter(|m| m.is_claude())
+                    .filter_map(|m| m.max_prompt_tokens)
+                    .min(),
+            });
     let roles = catalog.as_ref().map(|c| {
         c.roles(
             ctx.opts.small_model.as_deref(),
@@ -651,6 +663,9 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
         cmd.env("DISABLE_AUTOUPDATER", "1");
     }
     cmd.args(&args.args)
+        // Claude Code then asks the proxy for its models (`/v1/models`: every model of the
+        // plan) to offer them in its own /model picker.
+        .env("CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY", "1")
         .env("ANTHROPIC_BASE_URL", handle.base_url())
         .env("ANTHROPIC_AUTH_TOKEN", handle.auth_token(&session))
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
@@ -688,6 +703,20 @@ pub(crate) async fn claude(ctx: &Context, args: ClaudeArgs) -> anyhow::Result<Ex
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1);
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// The value of `--model` (or `--model=`) among Claude Code arguments.
+fn model_argument(args: &[std::ffi::OsString]) -> Option<String> {
+    let mut args = args.iter().filter_map(|a| a.to_str());
+    while let Some(a) = args.next() {
+        if a == "--model" {
+            return args.next().map(str::to_owned);
+        }
+        if let Some(m) = a.strip_prefix("--model=") {
+            return Some(m.to_owned());
+        }
+    }
+    None
 }
 
 /// Settings with a `UserPromptSubmit` hook that marks every prompt the user types, so the

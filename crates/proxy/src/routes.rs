@@ -13,8 +13,10 @@ use claude_host_protocol::log_safe::Safe;
 use claude_host_protocol::messages::MessagesRequest;
 use claude_host_protocol::model_id;
 use claude_host_protocol::models::{AnthropicModel, CopilotModelInfo, ModelsPage};
+use claude_host_protocol::openai::{
+    Dialect, StreamTranslator, translate_request, translate_response,
+};
 use claude_host_protocol::request_kind::{RequestKind, strip_marker};
-use claude_host_protocol::openai::{Dialect, StreamTranslator, translate_request, translate_response};
 use claude_host_upstream::{Catalog, MessagesCall, ModelApi, UpstreamError};
 use futures::StreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -417,7 +419,8 @@ async fn messages<B: RequestBody>(
                 Ok(message) => Bytes::from(message),
                 Err(env) => {
                     log.set_error(&env.error.kind);
-                    let status = claude_host_protocol::error::status_for_error_type(&env.error.kind);
+                    let status =
+                        claude_host_protocol::error::status_for_error_type(&env.error.kind);
                     log.finish(status, &env.error.message);
                     return with_headers(json(status_code(status), env.to_json()), &passthrough);
                 }

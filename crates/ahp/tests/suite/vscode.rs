@@ -2116,7 +2116,9 @@ async fn vs_code_picks_gpt_and_gemini_class_models_and_switches_to_claude_and_ba
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
 
     let turn = start_turn(&mut c, &chat, "Is there anything else?", "gpt-4.1").await;
-    let end = c.action("the Chat Completions turn's end", turn_ended(&turn)).await;
+    let end = c
+        .action("the Chat Completions turn's end", turn_ended(&turn))
+        .await;
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
 
     let calls: Vec<_> = e

@@ -30,10 +30,7 @@ fn model_calls(h: &Host) -> Vec<CapturedRequest> {
         .into_iter()
         .filter(|r| {
             r.method == "POST"
-                && matches!(
-                    path(r),
-                    "/v1/messages" | "/responses" | "/chat/completions"
-                )
+                && matches!(path(r), "/v1/messages" | "/responses" | "/chat/completions")
         })
         .collect()
 }
@@ -138,7 +135,11 @@ async fn tool_loop_then_claude_then_back(model: &str, endpoint: &str) {
         "please start the loop",
     ]);
     let out = blocking(move || run(c)).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "beta-two\n");
     let (session, text) = session_and_text(&out);
     assert!(text.contains("LOOP-FINISHED"), "{text}");
@@ -174,7 +175,11 @@ async fn tool_loop_then_claude_then_back(model: &str, endpoint: &str) {
         "what happened?",
     ]);
     let out = blocking(move || run(c)).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(session_and_text(&out).1.contains("CLAUDE-SAYS"));
     let calls = model_calls(&h);
     let claude = calls[before..]
@@ -188,9 +193,10 @@ async fn tool_loop_then_claude_then_back(model: &str, endpoint: &str) {
         assert!(history.contains(step), "{step} in the history: {history}");
     }
     assert!(
-        thinking_blocks(&body)
-            .iter()
-            .all(|b| !b["signature"].as_str().unwrap_or("").starts_with("claude-host:")),
+        thinking_blocks(&body).iter().all(|b| !b["signature"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("claude-host:")),
         "another model's reasoning is not sent to Claude: {:?}",
         thinking_blocks(&body)
     );
@@ -204,10 +210,20 @@ async fn tool_loop_then_claude_then_back(model: &str, endpoint: &str) {
     let before = model_calls(&h).len();
     let mut c = h.cmd();
     c.args([
-        "run", "--json", "--resume", &session, "--model", model, "once more",
+        "run",
+        "--json",
+        "--resume",
+        &session,
+        "--model",
+        model,
+        "once more",
     ]);
     let out = blocking(move || run(c)).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(session_and_text(&out).1.contains("BACK-AGAIN"));
     let calls = model_calls(&h);
     let back = calls[before..]
@@ -216,7 +232,10 @@ async fn tool_loop_then_claude_then_back(model: &str, endpoint: &str) {
         .find(|r| path(r) == endpoint && r.last_user_text().contains("once more"))
         .expect("the call back on the first model");
     let sent = String::from_utf8_lossy(&back.body).into_owned();
-    assert!(sent.contains("CLAUDE-SAYS"), "Claude's turn is in it: {sent}");
+    assert!(
+        sent.contains("CLAUDE-SAYS"),
+        "Claude's turn is in it: {sent}"
+    );
     assert!(
         sent.contains("enc-reasoning-1"),
         "its own reasoning comes back to it: {sent}"
@@ -250,7 +269,11 @@ async fn print_mode_tool_loop(model: &str, endpoint: &str) {
     ])
     .env("IS_SANDBOX", "1");
     let out = blocking(move || run(c)).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout(&out).contains("LOOP-FINISHED"), "{}", stdout(&out));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "beta-two\n");
     let calls = model_calls(&h);
@@ -305,9 +328,18 @@ async fn models_lists_every_model_with_its_api_and_multiplier() {
     c.args(["models"]);
     let text = stdout(&blocking(move || run(c)).await);
     let gpt = text.lines().find(|l| l.starts_with("gpt-5.4")).unwrap();
-    assert!(gpt.contains("/responses") && gpt.contains("1x premium"), "{text}");
-    let haiku = text.lines().find(|l| l.starts_with("claude-haiku-5-5")).unwrap();
-    assert!(haiku.contains("included") && haiku.contains("small/fast"), "{text}");
+    assert!(
+        gpt.contains("/responses") && gpt.contains("1x premium"),
+        "{text}"
+    );
+    let haiku = text
+        .lines()
+        .find(|l| l.starts_with("claude-haiku-5-5"))
+        .unwrap();
+    assert!(
+        haiku.contains("included") && haiku.contains("small/fast"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,12 +361,20 @@ async fn the_small_fast_and_subagent_roles_reach_the_cli() {
     ])
     .env("IS_SANDBOX", "1");
     let out = blocking(move || run(c)).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let calls = model_calls(&h);
     let sub = calls
         .iter()
         .find(|r| r.last_user_text().contains("SUBPROMPT"))
         .expect("the subagent's first call");
-    assert_eq!(path(sub), "/chat/completions", "the subagent runs on gpt-4.1");
+    assert_eq!(
+        path(sub),
+        "/chat/completions",
+        "the subagent runs on gpt-4.1"
+    );
     assert_eq!(sub.json()["model"], "gpt-4.1");
 }

@@ -121,12 +121,7 @@ async fn unknown_model_is_404_listing_the_plans_models_with_no_upstream_call() {
         assert!(msg.contains(listed), "{msg}");
     }
     let listed = msg.split_once("Available models:").unwrap().1;
-    for hidden in [
-        "claude-hidden",
-        "claude-notools",
-        "legacy",
-        "embedding",
-    ] {
+    for hidden in ["claude-hidden", "claude-notools", "legacy", "embedding"] {
         assert!(!listed.contains(hidden), "{msg}");
     }
     assert!(e.fake.message_requests().is_empty());
@@ -432,7 +427,13 @@ async fn models_page_lists_the_plans_models_default_first_then_claude_with_their
     // Claude models first (Claude Code's own), then the others in catalog order.
     assert_eq!(
         ids[7..],
-        ["gpt-5.4", "gpt-5-mini", "gpt-4.1", "gpt-4o", "gemini-3.1-pro"],
+        [
+            "gpt-5.4",
+            "gpt-5-mini",
+            "gpt-4.1",
+            "gpt-4o",
+            "gemini-3.1-pro"
+        ],
         "{ids:?}"
     );
     let entry = |id: &str| {
@@ -448,7 +449,10 @@ async fn models_page_lists_the_plans_models_default_first_then_claude_with_their
     assert_eq!(entry("gpt-5.4")["copilot"]["reasoning"], true);
     assert_eq!(entry("gpt-4.1")["copilot"]["endpoint"], "/chat/completions");
     assert_eq!(entry("gpt-4.1")["copilot"]["premium_multiplier"], 0.0);
-    assert_eq!(entry("claude-opus-5-5")["copilot"]["endpoint"], "/v1/messages");
+    assert_eq!(
+        entry("claude-opus-5-5")["copilot"]["endpoint"],
+        "/v1/messages"
+    );
     assert!(entry("gpt-5.4")["max_input_tokens"].is_u64());
     assert_eq!(page["has_more"], false);
     assert_eq!(page["first_id"], ids[0]);
