@@ -6,9 +6,9 @@
 //! Claude Code expects, and [`translate_response`] does the same for a JSON reply. Everything
 //! here is pure: no I/O, no clock but for a generated message id.
 //!
-//! The shared contract is `spec-openai.md` (issue 29). Where it differs from what the OpenAI
-//! wire format (as async-openai 0.43's types read it, which the test upstream validates
-//! against) accepts, this module follows the wire format:
+//! docs/PROXY.md (*Other models*) describes the mapping. Where the first design of it differed
+//! from what the OpenAI wire format (as async-openai 0.43's types read it, which the test
+//! upstream validates against) accepts, this module follows the wire format:
 //!
 //! - **Assistant text in Responses input** is `{"type":"message","role":"assistant",
 //!   "content":"T"}` (an `EasyInputMessage` with string content), not the spec's

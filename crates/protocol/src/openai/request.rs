@@ -63,6 +63,9 @@ struct InBlock<'a> {
     is_error: Option<bool>,
     #[serde(borrow, default)]
     cache_control: Option<&'a RawValue>,
+    /// A `tool_reference` block's tool (Claude Code's ToolSearch answers with these).
+    #[serde(borrow, default)]
+    tool_name: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -270,6 +273,13 @@ fn tool_result<'a>(block: &InBlock<'a>, rules: &mut Rules) -> ToolResult<'a> {
                     continue;
                 }
             },
+            // ToolSearch's answer: on Anthropic's API it loads a deferred tool's schema. The
+            // tool is in the OpenAI request's list already (deferral has no equivalent there),
+            // so the model is told in words.
+            Some("tool_reference") => inner
+                .tool_name
+                .as_ref()
+                .map(|name| Cow::Owned(format!("Tool {name} is loaded and can be called."))),
             _ => {
                 rules.add("block_dropped");
                 continue;

@@ -87,6 +87,26 @@ fn tool_results_come_first_and_errors_say_so() {
 }
 
 #[test]
+fn tool_search_references_become_words() {
+    // Claude Code's ToolSearch answers with tool_reference blocks, which load a deferred
+    // tool on Anthropic's API; the OpenAI request lists every tool already.
+    let req = request(
+        json!([{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "call_9", "content": [
+                {"type": "tool_reference", "tool_name": "Grep"}]}
+        ]}]),
+        json!({}),
+    );
+    let (chat, rules) = translate(&req, &gpt41());
+    assert_eq!(
+        chat["messages"],
+        json!([{"role": "tool", "tool_call_id": "call_9",
+                "content": "Tool Grep is loaded and can be called."}])
+    );
+    assert!(!rules.contains(&"block_dropped"), "{rules:?}");
+}
+
+#[test]
 fn images_in_tool_results() {
     let png = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}});
     let req = request(
