@@ -30,6 +30,10 @@
 //!   (`block_dropped`), images or documents whose source cannot be sent (`image_dropped`,
 //!   `document_dropped`), messages of an unknown role (`message_dropped`), and `tool_choice`
 //!   when no tool is left to choose (`tool_choice_dropped`).
+//! - **Error codes** beyond the spec's table: `invalid_request_error` / `invalid_prompt` become
+//!   `invalid_request_error` (the spec's "else `api_error`" would invite a retry of a request
+//!   that cannot succeed); an error's `type` stands in for a missing `code`. A Chat Completions
+//!   event named `error` fails the stream whatever its data holds.
 //! - After [`Step::Done`] or [`Step::Failed`], a [`StreamTranslator`] ignores whatever comes
 //!   (writes nothing, answers [`Step::Continue`]).
 
