@@ -26,6 +26,9 @@
 //!   signed `claude-host:chat:<rest>`; going out, the opaque parts of an assistant message's
 //!   `claude-host:chat:` blocks are joined again in order, and so are their texts (with
 //!   "\n\n").
+//! - **`output_config_dropped`** is named only when `output_config` held something that was not
+//!   sent on (a key besides `effort`, or an effort the model has no control for); an effort
+//!   that became `reasoning_effort` / `reasoning.effort` was translated, not dropped.
 //! - **Content the target cannot take** is dropped and named: content blocks of unknown types
 //!   (`block_dropped`), images or documents whose source cannot be sent (`image_dropped`,
 //!   `document_dropped`), messages of an unknown role (`message_dropped`), and `tool_choice`
