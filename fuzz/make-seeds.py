@@ -152,3 +152,93 @@ put("ahp", "turn.jsonl", "\n".join(turn) + "\n")
 bad = ['{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', '[1,2]', '{"jsonrpc":"1.0","id":1,"method":"x"}', '{"jsonrpc":"2.0","id":7,"result":{}}',
        '{"jsonrpc":"2.0","id":8,"method":"resourceRead","params":{"uri":"file:///etc/passwd"}}', '{"jsonrpc":"2.0","id":9,"method":"m","params":[1]}', 'nope']
 put("ahp", "malformed.jsonl", "\n".join(bad) + "\n")
+
+# OpenAI streams and replies as Copilot sends them (Chat Completions chunks, Responses events)
+# and a Claude Code-shaped request, for the translation targets.
+def w(path, data):
+    put(*path.split("/"), data)
+def chunk(delta, finish=None, **extra):
+    c = {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4.1",
+         "choices":[{"index":0,"delta":delta,"finish_reason":finish}]}
+    c.update(extra)
+    return "data: " + json.dumps(c, separators=(",",":")) + "\n\n"
+w("openai_stream/chat-text.sse",
+  chunk({"role":"assistant","content":""}) + chunk({"content":"Hel"}) + chunk({"content":"lo \"x\"\n"}) +
+  chunk({},"stop") + "data: " + json.dumps({"id":"chatcmpl-1","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":8}}}) + "\n\ndata: [DONE]\n\n")
+w("openai_stream/chat-reasoning-tools.sse",
+  chunk({"role":"assistant","reasoning_text":"Plan"}) + chunk({"reasoning_text":" it"}) +
+  chunk({"reasoning_opaque":"OPQ","tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"Read","arguments":""}}]}) +
+  chunk({"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"Glob","arguments":"{\"pat"}}]}) +
+  chunk({"tool_calls":[{"index":0,"function":{"arguments":"{\"file_path\":\"/a\"}"}}]}) +
+  chunk({"tool_calls":[{"index":1,"function":{"arguments":"tern\":\"*\"}"}}]}) +
+  chunk({"reasoning_opaque":"+2"}) +
+  chunk({},"tool_calls", usage={"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}) + "data: [DONE]\n\n")
+w("openai_stream/chat-error.sse", chunk({"content":"Hi"}) + 'data: {"error":{"message":"Rate limit","code":"rate_limit_exceeded","type":"requests"}}\n\n')
+def ev(kind, **data):
+    data = {"type": kind, **data}
+    return f"event: {kind}\ndata: " + json.dumps(data, separators=(",",":")) + "\n\n"
+resp = {"id":"resp_1","object":"response","status":"in_progress","model":"gpt-5.4","output":[]}
+w("openai_stream/responses-reasoning-call.sse",
+  ev("response.created", sequence_number=0, response=resp) +
+  ev("response.output_item.added", sequence_number=1, output_index=0, item={"id":"rs_0","type":"reasoning","summary":[]}) +
+  ev("response.reasoning_summary_part.added", sequence_number=2, item_id="rs_0", output_index=0, summary_index=0, part={"type":"summary_text","text":""}) +
+  ev("response.reasoning_summary_text.delta", sequence_number=3, item_id="rs_0", output_index=0, summary_index=0, delta="**Plan**") +
+  ev("response.reasoning_summary_text.delta", sequence_number=4, item_id="rs_0", output_index=0, summary_index=1, delta="Then run") +
+  ev("response.output_item.done", sequence_number=5, output_index=0, item={"id":"rs_0","type":"reasoning","summary":[{"type":"summary_text","text":"**Plan**"}],"encrypted_content":"gAAAA=="}) +
+  ev("response.output_item.added", sequence_number=6, output_index=1, item={"id":"msg_1","type":"message","role":"assistant","content":[]}) +
+  ev("response.output_text.delta", sequence_number=7, item_id="msg_1", output_index=1, content_index=0, delta="Running.") +
+  ev("response.output_item.done", sequence_number=8, output_index=1, item={"id":"msg_1","type":"message","role":"assistant","content":[{"type":"output_text","text":"Running.","annotations":[]}]}) +
+  ev("response.output_item.added", sequence_number=9, output_index=2, item={"id":"fc_2","type":"function_call","call_id":"call_1","name":"Bash","arguments":""}) +
+  ev("response.function_call_arguments.delta", sequence_number=10, item_id="fc_2", output_index=2, delta="{\"command\":") +
+  ev("response.function_call_arguments.delta", sequence_number=11, item_id="fc_2", output_index=2, delta="\"ls\"}") +
+  ev("response.function_call_arguments.done", sequence_number=12, item_id="fc_2", output_index=2, arguments="{\"command\":\"ls\"}") +
+  ev("response.output_item.done", sequence_number=13, output_index=2, item={"id":"fc_2","type":"function_call","call_id":"call_1","name":"Bash","arguments":"{\"command\":\"ls\"}"}) +
+  ev("response.completed", sequence_number=14, response={"id":"resp_1","status":"completed","usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":20,"total_tokens":30}}))
+w("openai_stream/responses-incomplete-error.sse",
+  ev("response.created", sequence_number=0, response=resp) +
+  ev("response.output_item.added", sequence_number=1, output_index=0, item={"id":"msg_0","type":"message","role":"assistant","content":[]}) +
+  ev("response.refusal.delta", sequence_number=2, item_id="msg_0", output_index=0, content_index=0, delta="No") +
+  ev("response.incomplete", sequence_number=3, response={"id":"resp_1","status":"incomplete","incomplete_details":{"reason":"content_filter"}}) +
+  ev("error", sequence_number=4, code="server_error", message="boom", param=None))
+w("openai_stream/responses-failed.sse", ev("response.failed", sequence_number=0, response={"id":"resp_1","status":"failed","error":{"code":"rate_limit_exceeded","message":"slow"}}))
+
+png = {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}
+cc = {"type":"ephemeral"}
+req = {"model":"claude-sonnet-4-5","max_tokens":32000,"stream":True,
+  "system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.330"},{"type":"text","text":"You are Claude Code.","cache_control":cc}],
+  "tools":[{"name":"Bash","description":"Run a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}},
+           {"type":"bash_20250124","name":"bash"}],
+  "tool_choice":{"type":"auto","disable_parallel_tool_use":True},
+  "thinking":{"type":"enabled","budget_tokens":10000},
+  "output_config":{"effort":"high"},
+  "metadata":{"user_id":"u"}, "context_management":{"edits":[]},
+  "temperature":1, "top_k":5, "stop_sequences":["a","b","c","d","e"],
+  "messages":[
+    {"role":"user","content":[{"type":"text","text":"look at this","cache_control":cc}, png,
+        {"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0="}}]},
+    {"role":"assistant","content":[
+        {"type":"thinking","thinking":"plan","signature":"claude-host:responses:gAAAA=="},
+        {"type":"thinking","thinking":"plan2","signature":"claude-host:chat:OPQ"},
+        {"type":"thinking","thinking":"mine","signature":"EqQBCkYIBxgCKkD"},
+        {"type":"text","text":"Running."},
+        {"type":"tool_use","id":"call_1","name":"Bash","input":{"command":"ls"}},
+        {"type":"tool_use","id":"call_2","name":"Bash","input":{"command":"pwd"}}]},
+    {"role":"user","content":[
+        {"type":"tool_result","tool_use_id":"call_1","content":[{"type":"text","text":"a\nb"}, png]},
+        {"type":"tool_result","tool_use_id":"call_2","is_error":True,"content":"no"},
+        {"type":"text","text":"<system-reminder>x</system-reminder>"}]},
+    {"role":"system","content":"__claude_host_user_prompt__"}]}
+w("openai_request/claude-code.json", json.dumps(req, indent=1))
+w("openai_request/small.json", json.dumps({"model":"gpt-5","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"adaptive"}}))
+w("openai_request/server-tool.json", json.dumps({"model":"m","messages":[{"role":"user","content":"q"}],"tools":[{"type":"web_search_20250305","name":"web_search"}]}))
+
+w("openai_response/chat.json", json.dumps({"id":"chatcmpl-9","object":"chat.completion","created":1,"model":"gpt-4.1",
+  "choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":"Checking.","reasoning_text":"t","reasoning_opaque":"O",
+    "tool_calls":[{"id":"call_1","type":"function","function":{"name":"Read","arguments":"{\"file_path\":\"/a\"}"}}]}}],
+  "usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":60}}}, indent=1))
+w("openai_response/responses.json", json.dumps({"id":"resp_7","object":"response","status":"completed","output":[
+  {"type":"reasoning","summary":[{"type":"summary_text","text":"one"}],"encrypted_content":"ENC"},
+  {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Here.","annotations":[]},{"type":"refusal","refusal":"no"}]},
+  {"type":"function_call","call_id":"call_9","name":"Bash","arguments":"not json"}],
+  "usage":{"input_tokens":50,"input_tokens_details":{"cached_tokens":10},"output_tokens":5}}, indent=1))
+w("openai_response/error.json", json.dumps({"error":{"message":"prompt token count of 171234 exceeds the limit of 168000","code":"model_max_prompt_tokens_exceeded"}}))

@@ -33,7 +33,7 @@ fi
 
 PER_TARGET="${1:-60}"
 shift || true
-ALL=(sse relay proxy_request stream_json control transcript ahp)
+ALL=(sse relay proxy_request stream_json control transcript ahp openai_stream openai_request openai_response)
 TARGETS=("$@")
 [ "${#TARGETS[@]}" -gt 0 ] || TARGETS=("${ALL[@]}")
 

@@ -51,3 +51,32 @@ where
     };
     assert_eq!(&back, value, "{what} changed through JSON: {text}");
 }
+
+/// Reads JSON text as a `Value`, with every surrogate escape (`\ud800`-`\udfff`) read as
+/// U+FFFD first: a lone surrogate is valid JSON text (JavaScript reads it) that `Value`
+/// refuses, and what the project passes through untouched may hold one.
+pub fn json_value(text: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    let mut text = text.to_vec();
+    let mut i = 0;
+    while i + 1 < text.len() {
+        if text[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let hex = text.get(i + 2..i + 6);
+        if text[i + 1] == b'u'
+            && hex.is_some_and(|h| {
+                h.iter().all(u8::is_ascii_hexdigit)
+                    && h[0].eq_ignore_ascii_case(&b'd')
+                    && matches!(h[1].to_ascii_lowercase(), b'8'..=b'9' | b'a'..=b'f')
+            })
+        {
+            text[i + 2..i + 6].copy_from_slice(b"FFFD");
+            i += 6;
+        } else {
+            // Any other escape: skip the escaped character (a `\\` must not start another).
+            i += 2;
+        }
+    }
+    serde_json::from_slice(&text)
+}

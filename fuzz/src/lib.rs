@@ -18,6 +18,9 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("control", targets::control::run),
     ("transcript", targets::transcript::run),
     ("ahp", targets::ahp::run),
+    ("openai_stream", targets::openai_stream::run),
+    ("openai_request", targets::openai_request::run),
+    ("openai_response", targets::openai_response::run),
 ];
 
 /// The target called `name`.

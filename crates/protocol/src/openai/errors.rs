@@ -29,10 +29,11 @@ impl OpenAiError<'_> {
 
 /// The Anthropic envelope for an OpenAI error `code` (or `type`) and `message`.
 pub(crate) fn envelope(code: Option<&str>, message: &str) -> ErrorEnvelope {
-    let message = if message.is_empty() {
-        code.unwrap_or("the upstream reported an error without a message")
-    } else {
-        message
+    let code = code.filter(|c| !c.is_empty());
+    let message = match (message.is_empty(), code) {
+        (false, _) => message,
+        (true, Some(code)) => code,
+        (true, None) => "the upstream reported an error without a message",
     };
     match code.unwrap_or_default() {
         "rate_limit_exceeded" | "rate_limit_error" => {

@@ -26,10 +26,17 @@
 //!   signed `claude-host:chat:<rest>`; going out, the opaque parts of an assistant message's
 //!   `claude-host:chat:` blocks are joined again in order, and so are their texts (with
 //!   "\n\n").
+//! - **`output_config_dropped`** is named only when `output_config` held something that was not
+//!   sent on (a key besides `effort`, or an effort the model has no control for); an effort
+//!   that became `reasoning_effort` / `reasoning.effort` was translated, not dropped.
 //! - **Content the target cannot take** is dropped and named: content blocks of unknown types
 //!   (`block_dropped`), images or documents whose source cannot be sent (`image_dropped`,
 //!   `document_dropped`), messages of an unknown role (`message_dropped`), and `tool_choice`
 //!   when no tool is left to choose (`tool_choice_dropped`).
+//! - **Error codes** beyond the spec's table: `invalid_request_error` / `invalid_prompt` become
+//!   `invalid_request_error` (the spec's "else `api_error`" would invite a retry of a request
+//!   that cannot succeed); an error's `type` stands in for a missing `code`. A Chat Completions
+//!   event named `error` fails the stream whatever its data holds.
 //! - After [`Step::Done`] or [`Step::Failed`], a [`StreamTranslator`] ignores whatever comes
 //!   (writes nothing, answers [`Step::Continue`]).
 

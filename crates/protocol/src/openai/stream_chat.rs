@@ -8,7 +8,7 @@
 //! message ends at `[DONE]` (or at the end of the body).
 
 use super::emit::{Emitter, ItemId, Kind, StopReason, generated_id};
-use super::errors::{OpenAiError, cut_short, untranslatable};
+use super::errors::{OpenAiError, cut_short, envelope, untranslatable};
 use super::wire::{List, lenient_u64, nonempty, str_inner};
 use super::{CHAT_SIGNATURE, Step, Usage};
 use bytes::BytesMut;
@@ -192,13 +192,21 @@ impl ChatStream {
             return self.end_of_stream(out);
         }
         // One UTF-8 check for the whole event rather than one per string inside it.
-        let chunk: Chunk = match std::str::from_utf8(data).map(serde_json::from_str) {
-            Ok(Ok(c)) => c,
-            _ if name == Some(b"error") => {
-                let text = String::from_utf8_lossy(data);
-                return self.fail(super::errors::envelope(None, &text));
-            }
-            _ => return self.fail(untranslatable("a chunk")),
+        let text = std::str::from_utf8(data).ok();
+        let chunk = text.and_then(|t| serde_json::from_str::<Chunk>(t).ok());
+        if name == Some(b"error") {
+            // An `error` event fails the stream whatever its data holds.
+            let error = chunk.and_then(|c| c.error).or_else(|| {
+                text.and_then(|t| serde_json::from_str::<OpenAiError>(t).ok())
+                    .filter(|e| e.message.is_some() || e.code.is_some())
+            });
+            return self.fail(match error {
+                Some(e) => e.envelope(),
+                None => envelope(None, &String::from_utf8_lossy(data)),
+            });
+        }
+        let Some(chunk) = chunk else {
+            return self.fail(untranslatable("a chunk"));
         };
         if let Some(error) = chunk.error {
             return self.fail(error.envelope());

@@ -332,3 +332,26 @@ fn text_after_a_tool_call_follows_it() {
     want.extend(message_end("tool_use", 0, 0, 0));
     assert_eq!(events, want);
 }
+
+#[test]
+fn an_error_event_fails_whatever_its_data() {
+    for data in [
+        r#"{"error":{"message":"Overloaded","code":"overloaded"}}"#,
+        r#"{"message":"Overloaded","code":"overloaded"}"#,
+    ] {
+        let (events, step) = run(Dialect::ChatCompletions, &[(Some("error"), data)]);
+        assert!(events.is_empty());
+        let Step::Failed(env) = step else {
+            panic!("{step:?}")
+        };
+        assert_eq!(
+            (env.error.kind.as_str(), env.error.message.as_str()),
+            ("overloaded_error", "Overloaded")
+        );
+    }
+    let (_, step) = run(
+        Dialect::ChatCompletions,
+        &[(Some("error"), "upstream timeout")],
+    );
+    assert!(matches!(step, Step::Failed(ref e) if e.error.message == "upstream timeout"));
+}
