@@ -6,6 +6,11 @@
 //! The reverse translation is written from the OpenAI side, independently of the proxy's
 //! forward translation (`/work/spec-openai.md`), so that a round trip Anthropic -> OpenAI ->
 //! Anthropic checks the forward half against something it does not share code with.
+//!
+//! For tests that drive the translation without a server: [`render_stream`] and
+//! [`render_reply`] give a scripted reply as the fake would send it, [`check_request`] checks
+//! a body as the fake would (the round-trip properties in `tests/suite/openai_round_trip.rs`
+//! use all three).
 
 use serde_json::{Map, Value, json};
 
@@ -544,4 +549,116 @@ fn responses_to_anthropic(body: &Value) -> Value {
     }
     out.insert("messages".into(), Value::Array(messages));
     Value::Object(out)
+}
+
+// ---- The fake's renderings and checks, for tests that drive a translator directly ----
+
+/// What a rendered reply reports besides its blocks (see [`render_stream`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Rendering<'a> {
+    /// The model id echoed back.
+    pub model: &'a str,
+    /// The fake's request number, which ids are made from: tool calls are
+    /// `call_fake_<n>_<block index>` on the OpenAI endpoints, `toolu_fake_<n>_<block index>`
+    /// on Messages.
+    pub request_number: u64,
+    /// Prompt tokens reported (cached ones included, as OpenAI counts them).
+    pub prompt_tokens: u64,
+    /// Of which read from the cache.
+    pub cached_tokens: u64,
+    /// Chat Completions only: usage in the `finish_reason` chunk (as Copilot sometimes sends
+    /// it) rather than in a last chunk of its own with `choices: []` (OpenAI).
+    pub chat_usage_in_finish: bool,
+}
+
+impl Rendering<'_> {
+    fn ctx(&self) -> crate::openai_render::Ctx<'_> {
+        crate::openai_render::Ctx {
+            model: self.model,
+            id: self.request_number,
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached_tokens,
+            created: 1_750_000_000,
+        }
+    }
+}
+
+/// A scripted reply as the fake streams it from `endpoint`: its SSE events in order, each
+/// complete (`data: …\n\n` for Chat Completions, `event: …\ndata: …\n\n` for Responses and
+/// Messages), split the way the real upstreams split them (see `openai_render`). A Chat
+/// Completions stream reports usage (as asked with `stream_options.include_usage`) and ends
+/// with `data: [DONE]`; a Responses stream ends with `response.completed` (or
+/// `response.incomplete` for `max_tokens`).
+pub fn render_stream(
+    endpoint: Endpoint,
+    blocks: &[crate::Block],
+    stop_reason: &str,
+    r: &Rendering,
+) -> Vec<String> {
+    use crate::openai_render::{ChatUsage, chat_events, responses_events};
+    let ctx = r.ctx();
+    match endpoint {
+        Endpoint::ChatCompletions => {
+            let usage = if r.chat_usage_in_finish {
+                ChatUsage::InFinish
+            } else {
+                ChatUsage::OwnChunk
+            };
+            chat_events(blocks, stop_reason, &ctx, usage)
+        }
+        Endpoint::Responses => responses_events(blocks, stop_reason, &ctx),
+        Endpoint::Messages => crate::replies::render_events(
+            blocks,
+            stop_reason,
+            r.model,
+            r.request_number,
+            (r.prompt_tokens, r.cached_tokens),
+        ),
+    }
+}
+
+/// The same reply as the fake answers it unstreamed: a `chat.completion` (one message: the
+/// first thinking block as `reasoning_text`/`reasoning_opaque`, every text block's text as
+/// one `content`, then the tool calls), a `response` object (one output item per block), or
+/// an Anthropic message.
+pub fn render_reply(
+    endpoint: Endpoint,
+    blocks: &[crate::Block],
+    stop_reason: &str,
+    r: &Rendering,
+) -> Value {
+    use crate::openai_render::{chat_completion, responses_object};
+    let ctx = r.ctx();
+    match endpoint {
+        Endpoint::ChatCompletions => chat_completion(blocks, stop_reason, &ctx),
+        Endpoint::Responses => responses_object(blocks, stop_reason, &ctx),
+        Endpoint::Messages => crate::replies::render_message(
+            blocks,
+            stop_reason,
+            r.model,
+            r.request_number,
+            (r.prompt_tokens, r.cached_tokens),
+        ),
+    }
+}
+
+/// The reasoning summary parts the fake splits a thinking text into on `/responses` (at its
+/// first blank line, else at the space nearest its middle, which is dropped; a single word
+/// stays one part). A translator joining them with "\n\n" gets the text back up to that.
+pub fn summary_parts(thinking: &str) -> Vec<String> {
+    crate::openai_render::summary_parts(thinking)
+}
+
+/// Checks an OpenAI request `body` for `endpoint` exactly as the fake does before answering
+/// it: the body read as async-openai's request types with no parameter they do not know,
+/// then OpenAI's and Copilot's refusals for the catalog entry `model` (one of
+/// [`crate::fake::default_models`]), sent with `Copilot-Vision-Request: true`. `Err` holds
+/// the refusal's message (for a Messages body: always `Ok`).
+pub fn check_request(endpoint: Endpoint, model: &Value, body: &Value) -> Result<(), String> {
+    let anthropic = to_anthropic(endpoint, body);
+    crate::openai_check::check(endpoint, model, body, &anthropic, true).map_err(|refused| {
+        refused
+            .violation
+            .unwrap_or_else(|| format!("{} {}", refused.status, refused.body))
+    })
 }
