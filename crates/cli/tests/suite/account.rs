@@ -65,7 +65,13 @@ async fn login_status_models_logout() {
         .collect();
     assert_eq!(ids[0], "claude-opus-5-5");
     assert_eq!(m["models"][0]["default"], true);
-    assert!(!ids.iter().any(|i| i.starts_with("gpt")));
+    // Other vendors' chat models follow the Claude ones; embeddings and hidden models do not.
+    assert!(ids.contains(&"gpt-5.4"), "{ids:?}");
+    assert!(
+        !ids.iter()
+            .any(|i| i.starts_with("text-embedding") || i.starts_with("claude-hidden")),
+        "{ids:?}"
+    );
 
     let out = run({
         let mut c = h.bare_cmd();
