@@ -353,6 +353,78 @@ impl FakeUpstream {
         lock(&self.state.rules).push((rule, uses));
     }
 
+    /// Scripts a main loop that uses each of Claude Code's core tools once, every reply used
+    /// once and keyed on the result of the step before: a request whose last user message
+    /// contains `start the loop` gets a reasoning (thinking signed `enc-reasoning-1`), a text
+    /// and a `Write` of `alpha-one` to `file`; then `Edit` (to `beta-two`), `Bash` (`cat`, ending
+    /// `BASH-DONE`), `Read`, and an `Agent` call whose subagent (prompt `SUBPROMPT …`) runs a
+    /// `Bash` of its own and answers `One file.`; the main loop ends with
+    /// `LOOP-FINISHED: the file says beta-two.`
+    pub fn script_tool_loop(&self, file: &std::path::Path) {
+        let f = file.to_string_lossy().into_owned();
+        let once = |when, reply| Rule {
+            when,
+            reply,
+            times: Some(1),
+        };
+        let steps = [
+            (
+                Match::LastUserContains("start the loop".into()),
+                Reply::blocks(vec![
+                    Block::Thinking {
+                        thinking: "First the file, then the rest.".into(),
+                        signature: "enc-reasoning-1".into(),
+                    },
+                    Block::Text(vec!["Writing it.".into()]),
+                    Block::ToolUse {
+                        name: "Write".into(),
+                        input: json!({"file_path": f, "content": "alpha-one\n"}),
+                    },
+                ]),
+            ),
+            (
+                Match::LastUserContains("File created successfully".into()),
+                Reply::tool_use(
+                    "Edit",
+                    json!({"file_path": f, "old_string": "alpha-one", "new_string": "beta-two"}),
+                ),
+            ),
+            (
+                Match::LastUserContains("has been updated".into()),
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": format!("cat {f}; echo BASH-DONE"), "description": "Show the file"}),
+                ),
+            ),
+            (
+                Match::LastUserContains("BASH-DONE".into()),
+                Reply::tool_use("Read", json!({"file_path": f})),
+            ),
+            (
+                Match::LastUserContains("beta-two".into()),
+                Reply::subagent_call("SUBPROMPT count the files"),
+            ),
+            (
+                Match::LastUserContains("SUBPROMPT".into()),
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "ls | wc -l; echo SUB-DONE", "description": "Count files"}),
+                ),
+            ),
+            (
+                Match::LastUserContains("SUB-DONE".into()),
+                Reply::text("One file."),
+            ),
+            (
+                Match::HasToolResult,
+                Reply::text("LOOP-FINISHED: the file says beta-two."),
+            ),
+        ];
+        for (when, reply) in steps {
+            self.push(once(when, reply));
+        }
+    }
+
     /// Scripts a turn that hands work to a foreground subagent, each reply used once: a request
     /// whose last user message contains `trigger` gets an `Agent` call with `prompt`; the
     /// subagent's first request (its prompt is its last user message) gets a call of `tool`

@@ -2051,30 +2051,60 @@ async fn picker_models(c: &mut VsCode) -> Vec<Value> {
         .clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vs_code_picks_gpt_and_gemini_class_models_and_switches_to_claude_and_back_mid_session() {
+/// Lets `turn` run to its end, allowing every tool call it (or a subagent of it) asks about,
+/// in the chat that asks; the turn's end.
+async fn allow_all_until_the_end(c: &mut VsCode, turn: &str) -> Value {
+    let mut allowed: Vec<String> = Vec::new();
+    let mut subscribed: Vec<String> = Vec::new();
+    loop {
+        let next = c
+            .action("a confirmation or the turn's end", |a| {
+                turn_ended(turn)(a)
+                    || (a["action"]["type"] == "session/inputNeededSet"
+                        && a["action"]["request"]["kind"] == "toolConfirmation"
+                        && !allowed
+                            .iter()
+                            .any(|id| a["action"]["request"]["id"] == id.as_str()))
+            })
+            .await;
+        if turn_ended(turn)(&next) {
+            return next;
+        }
+        let request = &next["action"]["request"];
+        let chat = request["chat"].as_str().unwrap().to_owned();
+        if chat.starts_with("ahp-chat://subagent/") && !subscribed.contains(&chat) {
+            c.ok("subscribe", json!({"channel": chat})).await;
+            subscribed.push(chat.clone());
+        }
+        let id = request["id"].as_str().unwrap().to_owned();
+        let echo = c
+            .dispatch_echo(
+                &chat,
+                json!({"type": "chat/toolCallConfirmed", "turnId": request["turnId"],
+                    "toolCallId": id, "approved": true, "confirmed": "user-action"}),
+            )
+            .await;
+        assert!(echo.get("rejectionReason").is_none(), "{echo}");
+        allowed.push(id);
+    }
+}
+
+/// VS Code runs Claude Code's core tools and a subagent on `model` (served on `endpoint`),
+/// then the same session goes on with a Claude model, then with a Chat Completions model.
+async fn vs_code_tool_loop_then_claude_then_another_model(model: &str, endpoint: &str) {
     let e = env().await;
-    let rule = |when: Match, reply: Reply| Rule {
+    let file = e.work().join("a.txt");
+    e.fake.script_tool_loop(&file);
+    let once = |when: Match, reply: Reply| Rule {
         when,
         reply,
         times: Some(1),
     };
-    e.fake.push(rule(
-        Match::LastUserContains("run the tests".into()),
-        Reply::tool_use(
-            "Bash",
-            json!({"command": "touch ran.txt && echo tests-passed", "description": "Run the tests"}),
-        ),
-    ));
-    e.fake.push(rule(
-        Match::LastUserContains("tests-passed".into()),
-        Reply::text("GPT: the tests passed."),
-    ));
-    e.fake.push(rule(
+    e.fake.push(once(
         Match::LastUserContains("summarise".into()),
-        Reply::text("CLAUDE: one test run, green."),
+        Reply::text("CLAUDE: one loop, all green."),
     ));
-    e.fake.push(rule(
+    e.fake.push(once(
         Match::LastUserContains("anything else".into()),
         Reply::text("CHAT: nothing else."),
     ));
@@ -2092,24 +2122,30 @@ async fn vs_code_picks_gpt_and_gemini_class_models_and_switches_to_claude_and_ba
     assert_eq!(meta("gpt-4.1")["premiumMultiplier"], 0.0);
     assert_eq!(meta(&claude)["endpoint"], "/v1/messages");
 
-    let turn = start_turn(&mut c, &chat, "Please run the tests", "gpt-5.4").await;
-    let ready = c
-        .action("the Bash card asking for confirmation", |a| {
-            a["action"]["type"] == "chat/toolCallReady" && a["action"]["confirmed"].is_null()
-        })
-        .await;
-    let call = ready["action"]["toolCallId"].as_str().unwrap().to_owned();
-    let seq = c
-        .dispatch(
-            &chat,
-            json!({"type": "chat/toolCallConfirmed", "turnId": turn, "toolCallId": call,
-                "approved": true, "confirmed": "user-action"}),
-        )
-        .await;
-    assert!(c.echo(seq).await.get("rejectionReason").is_none());
-    let end = c.action("the GPT turn's end", turn_ended(&turn)).await;
+    let turn = start_turn(&mut c, &chat, "Please start the loop", model).await;
+    let end = allow_all_until_the_end(&mut c, &turn).await;
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
-    assert!(e.work().join("ran.txt").exists(), "the tool ran");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "beta-two\n");
+    let state = e.server_chat_state(&chat).await;
+    let tools: Vec<String> = tool_calls_of(&state["turns"][0])
+        .into_iter()
+        .map(|(_, name, status)| format!("{name}:{status}"))
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "Write:completed",
+            "Edit:completed",
+            "Bash:completed",
+            "Read:completed",
+            "Agent:completed"
+        ],
+        "{state}"
+    );
+    assert!(
+        claude_host_testkit::turn_markdown(&state["turns"][0]).contains("LOOP-FINISHED"),
+        "{state}"
+    );
 
     let turn = start_turn(&mut c, &chat, "Please summarise", &claude).await;
     let end = c.action("the Claude turn's end", turn_ended(&turn)).await;
@@ -2123,9 +2159,8 @@ async fn vs_code_picks_gpt_and_gemini_class_models_and_switches_to_claude_and_ba
 
     let calls: Vec<_> = e
         .fake
-        .requests()
+        .model_requests()
         .into_iter()
-        .filter(|r| r.method == "POST")
         .map(|r| {
             (
                 r.path.split('?').next().unwrap_or_default().to_owned(),
@@ -2134,7 +2169,6 @@ async fn vs_code_picks_gpt_and_gemini_class_models_and_switches_to_claude_and_ba
                 String::from_utf8_lossy(&r.body).into_owned(),
             )
         })
-        .filter(|(p, ..)| p != "/v1/messages/count_tokens")
         .collect();
     let find = |text: &str| {
         calls
@@ -2143,16 +2177,31 @@ async fn vs_code_picks_gpt_and_gemini_class_models_and_switches_to_claude_and_ba
             .find(|(_, _, last, _)| last.contains(text))
             .unwrap_or_else(|| panic!("a call for {text:?}"))
     };
-    let (p, m, _, _) = find("tests-passed");
-    assert_eq!((p.as_str(), m.as_str()), ("/responses", "gpt-5.4"));
+    let main_loop: Vec<_> = calls.iter().filter(|(p, ..)| p == endpoint).collect();
+    assert!(main_loop.len() >= 6, "{calls:?}");
+    assert!(main_loop.iter().all(|(_, m, ..)| m == model), "{calls:?}");
     let (p, m, _, body) = find("summarise");
     assert_eq!((p.as_str(), m.as_str()), ("/v1/messages", claude.as_str()));
-    assert!(body.contains("GPT: the tests passed."), "{body}");
+    assert!(body.contains("LOOP-FINISHED"), "{body}");
+    assert!(
+        !body.contains("claude-host:"),
+        "no other model's reasoning reaches Claude: {body}"
+    );
     let (p, m, _, body) = find("anything else");
     assert_eq!((p.as_str(), m.as_str()), ("/chat/completions", "gpt-4.1"));
     assert!(
-        body.contains("GPT: the tests passed.") && body.contains("CLAUDE: one test run"),
+        body.contains("LOOP-FINISHED") && body.contains("CLAUDE: one loop"),
         "both earlier turns reach the third model: {body}"
     );
     assert_eq!(e.fake.header_violations(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_runs_the_core_tools_and_a_subagent_on_a_responses_model_then_claude_and_chat() {
+    vs_code_tool_loop_then_claude_then_another_model("gpt-5.4", "/responses").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vs_code_runs_the_core_tools_and_a_subagent_on_a_chat_model_then_claude_and_back() {
+    vs_code_tool_loop_then_claude_then_another_model("gpt-4.1", "/chat/completions").await;
 }

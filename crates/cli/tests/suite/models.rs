@@ -3,8 +3,8 @@
 //! that switch between them and Claude.
 
 use super::*;
-use claude_host_testkit::fake::{Block, CapturedRequest, Match, Reply, Rule};
-use serde_json::{Value, json};
+use claude_host_testkit::fake::{CapturedRequest, Match, Reply, Rule};
+use serde_json::Value;
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
@@ -33,63 +33,6 @@ fn model_calls(h: &Host) -> Vec<CapturedRequest> {
                 && matches!(path(r), "/v1/messages" | "/responses" | "/chat/completions")
         })
         .collect()
-}
-
-/// A main loop that writes, edits, runs, reads, and hands work to a subagent, each step keyed
-/// on the result of the one before; the first reply also reasons.
-fn script_tool_loop(h: &Host, file: &std::path::Path) {
-    let f = file.to_str().unwrap();
-    h.fake.push(once(
-        Match::LastUserContains("start the loop".into()),
-        Reply::blocks(vec![
-            Block::Thinking {
-                thinking: "First the file, then the rest.".into(),
-                signature: "enc-reasoning-1".into(),
-            },
-            Block::Text(vec!["Writing it.".into()]),
-            Block::ToolUse {
-                name: "Write".into(),
-                input: json!({"file_path": f, "content": "alpha-one\n"}),
-            },
-        ]),
-    ));
-    h.fake.push(once(
-        Match::LastUserContains("File created successfully".into()),
-        Reply::tool_use(
-            "Edit",
-            json!({"file_path": f, "old_string": "alpha-one", "new_string": "beta-two"}),
-        ),
-    ));
-    h.fake.push(once(
-        Match::LastUserContains("has been updated".into()),
-        Reply::tool_use(
-            "Bash",
-            json!({"command": format!("cat {f}; echo BASH-DONE"), "description": "Show the file"}),
-        ),
-    ));
-    h.fake.push(once(
-        Match::LastUserContains("BASH-DONE".into()),
-        Reply::tool_use("Read", json!({"file_path": f})),
-    ));
-    h.fake.push(once(
-        Match::LastUserContains("beta-two".into()),
-        Reply::subagent_call("SUBPROMPT count the files"),
-    ));
-    h.fake.push(once(
-        Match::LastUserContains("SUBPROMPT".into()),
-        Reply::tool_use(
-            "Bash",
-            json!({"command": "ls | wc -l; echo SUB-DONE", "description": "Count files"}),
-        ),
-    ));
-    h.fake.push(once(
-        Match::LastUserContains("SUB-DONE".into()),
-        Reply::text("One file."),
-    ));
-    h.fake.push(once(
-        Match::HasToolResult,
-        Reply::text("LOOP-FINISHED: the file says beta-two."),
-    ));
 }
 
 /// `run --json` output: the session id (its first line) and the text of its deltas.
@@ -123,7 +66,7 @@ fn thinking_blocks(body: &Value) -> Vec<Value> {
 async fn tool_loop_then_claude_then_back(model: &str, endpoint: &str) {
     let h = Host::new().await;
     let file = h.cwd().join("a.txt");
-    script_tool_loop(&h, &file);
+    h.fake.script_tool_loop(&file);
     let mut c = h.cmd();
     c.args([
         "run",
@@ -256,7 +199,7 @@ async fn a_chat_completions_model_runs_a_tool_loop_then_the_session_goes_to_clau
 async fn print_mode_tool_loop(model: &str, endpoint: &str) {
     let h = Host::new().await;
     let file = h.cwd().join("a.txt");
-    script_tool_loop(&h, &file);
+    h.fake.script_tool_loop(&file);
     let mut c = h.cmd();
     c.args([
         "claude",
@@ -346,7 +289,7 @@ async fn models_lists_every_model_with_its_api_and_multiplier() {
 async fn the_small_fast_and_subagent_roles_reach_the_cli() {
     let h = Host::new().await;
     let file = h.cwd().join("a.txt");
-    script_tool_loop(&h, &file);
+    h.fake.script_tool_loop(&file);
     let mut c = h.cmd();
     c.args([
         "--subagent-model",
