@@ -111,10 +111,15 @@ async fn nothing_runs_before_authentication_and_a_bad_token_changes_nothing() {
         first["_meta"]["isDefault"], true,
         "the default first: {first}"
     );
-    assert!(
-        models.iter().all(|m| m.id.starts_with("claude-")),
-        "Claude models only"
-    );
+    // Claude models first, then the plan's other chat models, each naming its API.
+    let claude_count = models
+        .iter()
+        .take_while(|m| m.id.starts_with("claude-"))
+        .count();
+    assert!(claude_count > 0 && claude_count < models.len());
+    let gpt = serde_json::to_value(models.iter().find(|m| m.id == "gpt-5.4").unwrap()).unwrap();
+    assert_eq!(gpt["_meta"]["endpoint"], "/responses", "{gpt}");
+    assert_eq!(gpt["_meta"]["group"], "OpenAI", "{gpt}");
     let with_effort = models
         .iter()
         .map(|m| serde_json::to_value(m).unwrap())
@@ -149,7 +154,7 @@ async fn nothing_runs_before_authentication_and_a_bad_token_changes_nothing() {
     assert!(matches!(
         h.agent
             .create_session(NewSession {
-                model: Some("gpt-4o".into()),
+                model: Some("gpt-9-unheard-of".into()),
                 ..Default::default()
             })
             .await,

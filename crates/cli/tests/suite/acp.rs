@@ -1205,3 +1205,100 @@ echo 'added 2 packages in 1s'
     );
     assert!(lines.seen.iter().all(|v| v["jsonrpc"] == "2.0"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_switches_a_session_between_gpt_claude_and_a_chat_model() {
+    use agent_client_protocol::v1::schema::{
+        SessionConfigOptionValue, SetSessionConfigOptionRequest,
+    };
+    let h = Host::new().await;
+    for (trigger, answer) in [
+        ("first question", "GPT-ANSWER"),
+        ("second question", "CLAUDE-ANSWER"),
+        ("third question", "CHAT-ANSWER"),
+    ] {
+        h.fake.push(rule(
+            Match::LastUserContains(trigger.into()),
+            Reply::text(answer),
+        ));
+    }
+    let mut child = spawn_acp(h.cmd());
+    let seen = Seen::default();
+    let cwd = h.cwd();
+    let fake = &h.fake;
+    as_client(&mut child, seen, "allow", async move |cx| {
+        timed("initialize", initialize(&cx)).await;
+        let id = new_session(&cx, &cwd).await;
+        let set_model = |model: &'static str| {
+            cx.send_request(SetSessionConfigOptionRequest::new(
+                id.clone(),
+                "model",
+                SessionConfigOptionValue::value_id(model),
+            ))
+            .block_task()
+        };
+        let r = timed("set the model", set_model("gpt-5.4")).await.unwrap();
+        let options = serde_json::to_value(&r.config_options).unwrap();
+        let model = options
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["id"] == "model")
+            .unwrap()
+            .clone();
+        assert_eq!(model["currentValue"], "gpt-5.4", "{options}");
+        let values = model["options"].to_string();
+        for id in ["claude-opus-5.5", "gpt-5.4", "gpt-4.1", "gemini-3.1-pro"] {
+            assert!(values.contains(id), "{id} offered: {values}");
+        }
+        let r = ask(&cx, &id, "the first question").await;
+        assert_eq!(r.stop_reason, StopReason::EndTurn);
+        timed("to Claude", set_model("claude-opus-5.5"))
+            .await
+            .unwrap();
+        ask(&cx, &id, "the second question").await;
+        timed("to a chat model", set_model("gpt-4.1"))
+            .await
+            .unwrap();
+        ask(&cx, &id, "the third question").await;
+        let calls: Vec<(String, String, String)> = fake
+            .model_requests()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.path.split('?').next().unwrap_or_default().to_owned(),
+                    r.json()["model"].as_str().unwrap_or_default().to_owned(),
+                    String::from_utf8_lossy(&r.body).into_owned(),
+                )
+            })
+            .collect();
+        let by = |q: &str| {
+            // The first call that carries the question is its own turn's (later ones carry it
+            // as history).
+            calls
+                .iter()
+                .find(|(_, _, body)| body.contains(q))
+                .unwrap_or_else(|| panic!("a call with {q:?}: {calls:?}"))
+                .clone()
+        };
+        let (path, model, _) = by("the first question");
+        assert_eq!((path.as_str(), model.as_str()), ("/responses", "gpt-5.4"));
+        let (path, model, body) = by("the second question");
+        assert_eq!(
+            (path.as_str(), model.as_str()),
+            ("/v1/messages", "claude-opus-5.5")
+        );
+        assert!(body.contains("GPT-ANSWER"), "{body}");
+        let (path, model, body) = by("the third question");
+        assert_eq!(
+            (path.as_str(), model.as_str()),
+            ("/chat/completions", "gpt-4.1")
+        );
+        assert!(
+            body.contains("GPT-ANSWER") && body.contains("CLAUDE-ANSWER"),
+            "{body}"
+        );
+        assert_eq!(fake.header_violations(), Vec::<String>::new());
+    })
+    .await;
+}
