@@ -494,7 +494,7 @@ pub(crate) async fn models(ctx: &Context, as_json: bool) -> anyhow::Result<ExitC
             }
             if catalog.strict {
                 notes.push(match m.multiplier {
-                    Some(x) if x == 0.0 => "included".to_owned(),
+                    Some(0.0) => "included".to_owned(),
                     Some(x) => format!("{x}x premium"),
                     None => "premium: unknown".to_owned(),
                 });

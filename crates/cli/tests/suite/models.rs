@@ -92,7 +92,7 @@ async fn tool_loop_then_claude_then_back(model: &str, endpoint: &str) {
     assert!(
         main.len() >= 6,
         "{:?}",
-        calls.iter().map(|r| path(r)).collect::<Vec<_>>()
+        calls.iter().map(path).collect::<Vec<_>>()
     );
     assert!(
         main.iter().all(|r| r.json()["model"] == model),
@@ -223,7 +223,7 @@ async fn print_mode_tool_loop(model: &str, endpoint: &str) {
     assert!(
         calls.iter().filter(|r| path(r) == endpoint).count() >= 6,
         "{:?}",
-        calls.iter().map(|r| path(r)).collect::<Vec<_>>()
+        calls.iter().map(path).collect::<Vec<_>>()
     );
     assert_eq!(h.fake.header_violations(), Vec::<String>::new());
     let log = log_of(&h.home());
