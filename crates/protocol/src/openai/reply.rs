@@ -2,7 +2,7 @@
 
 use super::emit::{StopReason, generated_id};
 use super::errors::{OpenAiError, envelope, untranslatable};
-use super::stream_chat::{ChatUsage, final_stop, finish_reason, stronger};
+use super::stream_chat::{ChatUsage, Delta, final_stop, finish_reason, stronger};
 use super::stream_responses::{IncompleteDetails, OutputItem, ResponsesUsage, incomplete_stop};
 use super::wire::{decode, nonempty, str_inner};
 use super::{CHAT_SIGNATURE, Dialect, RESPONSES_SIGNATURE, Usage};
@@ -25,41 +25,10 @@ struct ChatReply<'a> {
 #[derive(Deserialize)]
 struct ChatChoice<'a> {
     #[serde(borrow, default)]
-    message: Option<ChatMessage<'a>>,
+    /// A reply's message has the fields of a stream's delta.
+    message: Option<Delta<'a>>,
     #[serde(borrow, default)]
     finish_reason: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ChatMessage<'a> {
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    refusal: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    reasoning_text: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    reasoning_content: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    reasoning_opaque: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tool_calls: Option<Vec<ChatToolCall<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct ChatToolCall<'a> {
-    #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    function: Option<ChatFunction<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ChatFunction<'a> {
-    #[serde(borrow, default)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    arguments: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]

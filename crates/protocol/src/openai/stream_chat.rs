@@ -35,38 +35,39 @@ struct Choice<'a> {
     finish_reason: Option<&'a RawValue>,
 }
 
+/// A chunk's `delta`, and a reply's `message` (the same fields).
 #[derive(Deserialize)]
-struct Delta<'a> {
+pub(crate) struct Delta<'a> {
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    pub(crate) content: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    refusal: Option<&'a RawValue>,
+    pub(crate) refusal: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    reasoning_text: Option<&'a RawValue>,
+    pub(crate) reasoning_text: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    reasoning_content: Option<&'a RawValue>,
+    pub(crate) reasoning_content: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    reasoning_opaque: Option<&'a RawValue>,
+    pub(crate) reasoning_opaque: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    tool_calls: Option<List<ToolCallDelta<'a>>>,
+    pub(crate) tool_calls: Option<List<ToolCallDelta<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct ToolCallDelta<'a> {
+pub(crate) struct ToolCallDelta<'a> {
     #[serde(default, deserialize_with = "lenient_u64")]
-    index: Option<u64>,
+    pub(crate) index: Option<u64>,
     #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
+    pub(crate) id: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    function: Option<FunctionDelta<'a>>,
+    pub(crate) function: Option<FunctionDelta<'a>>,
 }
 
 #[derive(Deserialize)]
-struct FunctionDelta<'a> {
+pub(crate) struct FunctionDelta<'a> {
     #[serde(borrow, default)]
-    name: Option<&'a RawValue>,
+    pub(crate) name: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    arguments: Option<&'a RawValue>,
+    pub(crate) arguments: Option<&'a RawValue>,
 }
 
 /// `usage` of Chat Completions (a reply's and a stream's last chunk).
