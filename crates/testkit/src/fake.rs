@@ -812,48 +812,6 @@ fn copilot_token_ok(state: &State, auth: &str) -> bool {
         .is_some_and(|exp| now_unix() < *exp)
 }
 
-fn check_headers(state: &State, r: &CapturedRequest) {
-    let mut v = Vec::new();
-    let non_empty = |name: &str, v: &mut Vec<String>| {
-        if r.header(name).is_none_or(str::is_empty) {
-            v.push(format!("missing {name}"));
-        }
-    };
-    for h in [
-        "x-request-id",
-        "x-github-api-version",
-        "copilot-integration-id",
-        "editor-version",
-    ] {
-        non_empty(h, &mut v);
-    }
-    if r.header("openai-intent") != Some("messages-proxy") {
-        v.push(format!(
-            "openai-intent is {:?}, want \"messages-proxy\"",
-            r.header("openai-intent")
-        ));
-    }
-    if !matches!(
-        r.header("x-interaction-type"),
-        Some("messages-proxy" | "conversation-compaction" | "conversation-subagent")
-    ) {
-        v.push(format!(
-            "x-interaction-type is {:?}",
-            r.header("x-interaction-type")
-        ));
-    }
-    if !matches!(r.header("x-initiator"), Some("user" | "agent")) {
-        v.push(format!("x-initiator is {:?}", r.header("x-initiator")));
-    }
-    if !r
-        .header("content-type")
-        .is_some_and(|c| c.starts_with("application/json"))
-    {
-        v.push(format!("content-type is {:?}", r.header("content-type")));
-    }
-    lock(&state.violations).extend(v);
-}
-
 /// The scripted reply for a request (its Anthropic form).
 fn pick_reply(state: &State, body: &Value) -> Reply {
     let text = last_user_text(body);
@@ -905,7 +863,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
         return anthropic_error(401, "authentication_error", "token revoked");
     }
     if state.config.require_copilot_headers && !as_anthropic {
-        check_headers(state, r);
+        check_headers(state, r, Endpoint::Messages);
     }
     let body = r.json();
     let model = body["model"].as_str().unwrap_or("").to_owned();
@@ -1008,10 +966,20 @@ fn finish_reply(mut resp: Response<Body>, headers: Vec<(String, String)>) -> Res
     resp
 }
 
-/// Checks the headers of a call to `/chat/completions` or `/responses` (no Anthropic ones).
-fn check_openai_headers(state: &State, r: &CapturedRequest, endpoint: Endpoint) {
+/// Checks the headers Copilot's clients send with a model call: Copilot's own, the intent
+/// each endpoint's traffic carries (`messages-proxy` for Messages, `conversation-agent` for
+/// the OpenAI endpoints, which take no Anthropic headers).
+fn check_headers(state: &State, r: &CapturedRequest, endpoint: Endpoint) {
     let mut v = Vec::new();
-    let path = endpoint.path();
+    // Violations of the OpenAI endpoints name their path; Messages' read as they always have.
+    let path = match endpoint {
+        Endpoint::Messages => String::new(),
+        other => format!("{}: ", other.path()),
+    };
+    let intent = match endpoint {
+        Endpoint::Messages => "messages-proxy",
+        _ => "conversation-agent",
+    };
     for h in [
         "x-request-id",
         "x-github-api-version",
@@ -1019,27 +987,26 @@ fn check_openai_headers(state: &State, r: &CapturedRequest, endpoint: Endpoint) 
         "editor-version",
     ] {
         if r.header(h).is_none_or(str::is_empty) {
-            v.push(format!("{path}: missing {h}"));
+            v.push(format!("{path}missing {h}"));
         }
     }
-    if r.header("openai-intent") != Some("conversation-agent") {
+    if r.header("openai-intent") != Some(intent) {
         v.push(format!(
-            "{path}: openai-intent is {:?}, want \"conversation-agent\"",
+            "{path}openai-intent is {:?}, want {intent:?}",
             r.header("openai-intent")
         ));
     }
-    if !matches!(
-        r.header("x-interaction-type"),
-        Some("conversation-agent" | "conversation-compaction" | "conversation-subagent")
-    ) {
+    if !r.header("x-interaction-type").is_some_and(|t| {
+        t == intent || matches!(t, "conversation-compaction" | "conversation-subagent")
+    }) {
         v.push(format!(
-            "{path}: x-interaction-type is {:?}",
+            "{path}x-interaction-type is {:?}",
             r.header("x-interaction-type")
         ));
     }
     if !matches!(r.header("x-initiator"), Some("user" | "agent")) {
         v.push(format!(
-            "{path}: x-initiator is {:?}",
+            "{path}x-initiator is {:?}",
             r.header("x-initiator")
         ));
     }
@@ -1048,13 +1015,15 @@ fn check_openai_headers(state: &State, r: &CapturedRequest, endpoint: Endpoint) 
         .is_some_and(|c| c.starts_with("application/json"))
     {
         v.push(format!(
-            "{path}: content-type is {:?}",
+            "{path}content-type is {:?}",
             r.header("content-type")
         ));
     }
-    for h in ["anthropic-version", "anthropic-beta"] {
-        if let Some(value) = r.header(h) {
-            v.push(format!("{path}: {h} sent ({value:?})"));
+    if endpoint != Endpoint::Messages {
+        for h in ["anthropic-version", "anthropic-beta"] {
+            if let Some(value) = r.header(h) {
+                v.push(format!("{path}{h} sent ({value:?})"));
+            }
         }
     }
     lock(&state.violations).extend(v);
@@ -1091,7 +1060,7 @@ fn openai(
         return unauthorized("unauthorized: token revoked");
     }
     if state.config.require_copilot_headers {
-        check_openai_headers(state, r, endpoint);
+        check_headers(state, r, endpoint);
     }
     let body = match crate::openai_check::parse(endpoint, &r.body) {
         Ok(body) => body,
