@@ -5,6 +5,7 @@ mod copilot_cli;
 mod framing;
 mod initiator;
 mod messages;
+mod openai;
 mod streaming;
 mod tokens;
 
