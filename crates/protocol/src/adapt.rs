@@ -7,6 +7,7 @@
 //! byte for byte. docs/PROXY.md lists the rules with the error each prevents.
 
 use crate::messages::MessagesRequest;
+use crate::request_kind::MessagePeek;
 use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -218,14 +219,6 @@ pub fn adapt(req: &MessagesRequest, rules: &ModelRules) -> Result<Adapted, Refus
         adapt_effort(config, rules, &mut out);
     }
     Ok(out)
-}
-
-#[derive(Deserialize)]
-struct MessagePeek<'a> {
-    #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]

@@ -93,12 +93,13 @@ pub struct Classified {
     pub has_marker: bool,
 }
 
+/// A message's role and raw content, read without copying.
 #[derive(Deserialize)]
-struct MessagePeek<'a> {
+pub(crate) struct MessagePeek<'a> {
     #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
+    pub(crate) role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    pub(crate) content: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
