@@ -3,6 +3,12 @@
 //!
 //! Prints added time-to-first-byte (p50, p99), events/s through the proxy ÷ direct, proxy CPU
 //! per streamed event, and proxy RSS (idle, peak, after). Run with `scripts/bench-proxy.sh`.
+//!
+//! With `BENCH_MODEL` naming non-Claude models (`gpt-4.1`: Chat Completions, `gpt-5.4`:
+//! Responses), it measures the translation instead, optionally beside copilot-api
+//! (`BENCH_PEER`): see `translate.rs` and `scripts/bench-translate.sh`.
+
+mod translate;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
@@ -59,11 +65,41 @@ struct Target {
     auth: String,
 }
 
+/// What one stream's request is and what its reply must look like.
+struct Load {
+    /// Where to send it (`base` + `path`) and the `authorization` header.
+    target: Target,
+    path: String,
+    body: Bytes,
+    /// The reply's dialect, checked on every stream (and the first stream of each run parsed
+    /// whole).
+    check: translate::Check,
+    /// Fewer SSE events in any stream is an error.
+    min_events: u64,
+}
+
+impl Load {
+    /// The Anthropic passthrough request of this benchmark.
+    fn messages(target: Target) -> Load {
+        Load {
+            target,
+            path: "/v1/messages?beta=true".into(),
+            body: body(),
+            check: translate::Check::Count,
+            min_events: 0,
+        }
+    }
+}
+
 #[derive(Default, Clone)]
 struct RunResult {
     ttfb: Vec<Duration>,
     events: u64,
+    /// Streams completed.
+    streams: u64,
     wall: Duration,
+    /// What parsing the first stream whole found.
+    checked: Option<translate::Checked>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,6 +109,9 @@ fn main() -> anyhow::Result<()> {
         .context("usage: proxy-bench <path to claude-host> [runs]")?
         .clone();
     let runs: usize = args.get(2).map(|r| r.parse()).transpose()?.unwrap_or(3);
+    if let Some(config) = translate::Config::from_env()? {
+        return translate::run(&bin, runs, config);
+    }
 
     // The fake runs on its own thread so the load client's runtime does not share its queue.
     let fake_rt = tokio::runtime::Builder::new_multi_thread()
@@ -98,17 +137,17 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let direct_token = client_rt.block_on(mint(&fake.url()))?;
-    let direct = Target {
+    let direct = Load::messages(Target {
         base: fake.url(),
         auth: format!("Bearer {direct_token}"),
-    };
+    });
 
     let mut proxy = spawn_proxy(&bin, &fake.url())?;
     let pid = proxy.child.id();
-    let via_proxy = Target {
+    let via_proxy = Load::messages(Target {
         base: proxy.base_url.clone(),
         auth: format!("Bearer {}", proxy.auth_token),
-    };
+    });
     // Warm up both paths (token mint, catalog, connection pools).
     client_rt.block_on(run_load(&via_proxy, 4, 2))?;
     client_rt.block_on(run_load(&direct, 4, 2))?;
@@ -122,26 +161,7 @@ fn main() -> anyhow::Result<()> {
         "| streams | added TTFB p50 | added TTFB p99 | events/s direct | events/s proxy | proxy ÷ direct | proxy CPU/event | proxy RSS peak |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    let points: Vec<(usize, usize)> = match std::env::var("BENCH_POINTS") {
-        Ok(p) => p
-            .split(',')
-            .filter_map(|c| c.parse().ok())
-            .map(|c: usize| {
-                (
-                    c,
-                    if c == 1 {
-                        40
-                    } else if c <= 64 {
-                        3
-                    } else {
-                        1
-                    },
-                )
-            })
-            .collect(),
-        Err(_) => vec![(1, 100), (64, 3), (512, 1)],
-    };
-    for &(concurrency, per_task) in &points {
+    for (concurrency, per_task) in points() {
         let mut added_p50 = Vec::new();
         let mut added_p99 = Vec::new();
         let mut rate_direct = Vec::new();
@@ -198,6 +218,29 @@ fn main() -> anyhow::Result<()> {
     let _ = proxy.child.wait();
     fake_rt.block_on(fake.shutdown());
     Ok(())
+}
+
+/// The concurrencies to measure (`BENCH_POINTS`) and the streams each task runs in turn.
+fn points() -> Vec<(usize, usize)> {
+    match std::env::var("BENCH_POINTS") {
+        Ok(p) => p
+            .split(',')
+            .filter_map(|c| c.parse().ok())
+            .map(|c: usize| {
+                (
+                    c,
+                    if c == 1 {
+                        40
+                    } else if c <= 64 {
+                        3
+                    } else {
+                        1
+                    },
+                )
+            })
+            .collect(),
+        Err(_) => vec![(1, 100), (64, 3), (512, 1)],
+    }
 }
 
 struct ProxyProcess {
@@ -268,11 +311,7 @@ fn body() -> Bytes {
     )
 }
 
-async fn run_load(
-    target: &Target,
-    concurrency: usize,
-    per_task: usize,
-) -> anyhow::Result<RunResult> {
+async fn run_load(load: &Load, concurrency: usize, per_task: usize) -> anyhow::Result<RunResult> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
@@ -280,26 +319,39 @@ async fn run_load(
         .build(connector);
     let started = Instant::now();
     let mut set = tokio::task::JoinSet::new();
-    for _ in 0..concurrency {
+    let url = format!("{}{}", load.target.base, load.path);
+    for task in 0..concurrency {
         let client = client.clone();
-        let url = format!("{}/v1/messages?beta=true", target.base);
-        let auth = target.auth.clone();
+        let url = url.clone();
+        let auth = load.target.auth.clone();
+        let body = load.body.clone();
+        let check = load.check;
+        let min_events = load.min_events;
         set.spawn(async move {
             let mut out = RunResult::default();
-            for _ in 0..per_task {
-                let req = http::Request::post(&url)
+            for n in 0..per_task {
+                let mut req = http::Request::post(&url)
                     .header("authorization", &auth)
-                    .header("content-type", "application/json")
-                    .header("anthropic-version", "2023-06-01")
-                    .body(Full::new(body()))?;
+                    .header("content-type", "application/json");
+                if check.is_anthropic() {
+                    req = req.header("anthropic-version", "2023-06-01");
+                }
+                let req = req.body(Full::new(body.clone()))?;
                 let t0 = Instant::now();
                 let resp = client.request(req).await?;
                 if resp.status() != 200 {
-                    bail!("HTTP {}", resp.status());
+                    let status = resp.status();
+                    let text = resp.into_body().collect().await?.to_bytes();
+                    bail!("{url}: HTTP {status}: {}", String::from_utf8_lossy(&text));
                 }
                 let mut b = resp.into_body();
+                // The first stream of the run is kept whole and parsed.
+                let mut whole =
+                    (task == 0 && n == 0 && check != translate::Check::Count).then(Vec::new);
+                let mut counter = translate::EventCounter::default();
+                let mut frames = 0u64;
                 let mut first = true;
-                let mut events = 0u64;
+                let mut head = Vec::new();
                 while let Some(frame) = b.frame().await {
                     let frame = frame?;
                     if let Some(data) = frame.data_ref() {
@@ -307,10 +359,22 @@ async fn run_load(
                             out.ttfb.push(t0.elapsed());
                             first = false;
                         }
-                        events += memchr::memmem::find_iter(data, b"\n\n").count() as u64;
+                        if head.len() < 64 {
+                            head.extend_from_slice(&data[..data.len().min(64 - head.len())]);
+                        }
+                        frames += 1;
+                        counter.feed(data);
+                        if let Some(w) = whole.as_mut() {
+                            w.extend_from_slice(data);
+                        }
                     }
                 }
-                out.events += events;
+                check.quick(&head, counter.events, min_events, &url)?;
+                if let Some(w) = whole {
+                    out.checked = Some(check.parse_whole(&w, frames)?);
+                }
+                out.events += counter.events;
+                out.streams += 1;
             }
             Ok(out)
         });
@@ -320,6 +384,8 @@ async fn run_load(
         let r = r??;
         total.ttfb.extend(r.ttfb);
         total.events += r.events;
+        total.streams += r.streams;
+        total.checked = total.checked.or(r.checked);
     }
     total.wall = started.elapsed();
     Ok(total)
@@ -363,6 +429,36 @@ fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
         }
     }
     Ok(total)
+}
+
+/// `pid` and every process below it.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            if let Some(ppid) = stat
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+            {
+                children.entry(ppid).or_default().push(p);
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        out.extend(children.get(&out[i]).cloned().unwrap_or_default());
+        i += 1;
+    }
+    out
 }
 
 fn status_kb(pid: u32, key: &str) -> anyhow::Result<u64> {
