@@ -31,7 +31,7 @@ export const paths = {
 };
 
 /** How long a step waits for what it expects before the test fails. */
-export const WAIT = Number(process.env.E2E_WAIT_MS ?? 60_000);
+export const WAIT = Number(process.env.E2E_WAIT_MS ?? 90_000);
 
 /** Resolves when `pred(line)` holds for a line of `stream`; rejects after `ms`. */
 function lineMatching(stream, pred, what, ms = WAIT) {
@@ -141,7 +141,7 @@ export class Host {
       CLAUDE_HOST_GITHUB_API_URL: this.fake.url,
       CLAUDE_HOST_CLAUDE_PATH: paths.cli(),
       CLAUDE_HOST_CONNECTION_TOKEN: this.token,
-      CLAUDE_HOST_LOG: 'info',
+      CLAUDE_HOST_LOG: process.env.E2E_HOST_LOG ?? 'info',
     };
     // The credential `claude-host login` would store; the fake accepts this token.
     if (this.signedIn) env.GH_TOKEN = 'gho_fake_github_token';
@@ -295,6 +295,7 @@ export class Browser {
   async window(url) {
     const ctx = await this.b.newContext({ viewport: { width: 1400, height: 900 } });
     const page = await ctx.newPage();
+    page.setDefaultTimeout(WAIT);
     page.consoleLines = [];
     page.on('console', (m) => page.consoleLines.push(m.text()));
     await page.goto(url);

@@ -19,9 +19,15 @@ export function chat(page) {
 
 /** Picks "Claude" in the chat input's session-type picker (a new Claude chat). */
 export async function pickClaude(page) {
-  await page.locator('.chat-session-target-picker-item').first().click();
   const row = page.locator('.action-widget .monaco-list-row', { hasText: 'Claude' });
-  await row.waitFor({ timeout: WAIT });
+  // The agent appears in the picker a moment after the connection; an open list is not
+  // refreshed, so it is opened again until it lists Claude.
+  await waitFor(async () => {
+    await page.locator('.chat-session-target-picker-item').first().click();
+    if (await row.waitFor({ timeout: 2_000 }).then(() => true, () => false)) return true;
+    await page.keyboard.press('Escape');
+    return false;
+  }, 'Claude in the session-type picker');
   const disabled = await row.evaluate(
     (el) => el.classList.contains('disabled') || el.getAttribute('aria-disabled') === 'true',
   );
@@ -49,4 +55,20 @@ export async function shows(page, text, ms = WAIT) {
 /** Whether any part of the page shows `text` now. */
 export async function pageHas(page, text) {
   return (await page.getByText(text, { exact: false }).count()) > 0;
+}
+
+/** Runs a command from the command palette by its full title. */
+export async function command(page, title) {
+  await page.keyboard.press('F1');
+  await page.keyboard.type(title);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor();
+  await page.keyboard.press('Enter');
+}
+
+/** Opens the agent sessions list and the session titled `title` from it. */
+export async function openSession(page, title) {
+  await command(page, 'Chat Agent Sessions: Show Agent Sessions Sidebar');
+  const item = page.locator('.agent-session-title', { hasText: title }).first();
+  await item.waitFor();
+  await item.click();
 }
