@@ -74,8 +74,12 @@ if [ ! -x "$cli" ]; then
   say "no pinned Claude Code CLI at $cli (set CLAUDE_HOST_TEST_CLI)"
   exit 1
 fi
-say "building claude-host and fake-upstream"
-(cd "$root" && cargo build --quiet -p claude-host --bin claude-host -p claude-host-testkit --bin fake-upstream)
+# CLAUDE_HOST_E2E_SKIP_BUILD=1 takes the binaries already in $target/debug (a build with
+# another set of packages resolves features differently and would rebuild the dependencies).
+if [ "${CLAUDE_HOST_E2E_SKIP_BUILD:-}" != 1 ]; then
+  say "building claude-host and fake-upstream"
+  (cd "$root" && cargo build --quiet -p claude-host --bin claude-host -p claude-host-testkit --bin fake-upstream)
+fi
 
 export E2E_CLAUDE_HOST=$target/debug/claude-host
 export E2E_FAKE_UPSTREAM=$target/debug/fake-upstream

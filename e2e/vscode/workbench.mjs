@@ -31,7 +31,10 @@ export async function pickClaude(page) {
   const disabled = await row.evaluate(
     (el) => el.classList.contains('disabled') || el.getAttribute('aria-disabled') === 'true',
   );
-  if (disabled) throw new Error('"Claude" is greyed out in the session-type picker');
+  const text = await row.innerText();
+  if (disabled || /sign in/i.test(text)) {
+    throw new Error(`"Claude" is greyed out in the session-type picker: ${JSON.stringify(text)}`);
+  }
   await row.click();
   await waitFor(
     async () => (await page.locator('.chat-session-target-picker-item').first().innerText()).includes('Claude'),
