@@ -62,19 +62,36 @@ async function freePort() {
   return port;
 }
 
-/** A child process whose output goes to a log file of the test. */
-function child(cmd, args, opts, log) {
-  const p = spawn(cmd, args, { ...opts, stdio: ['pipe', 'pipe', 'pipe'] });
+/** A child process whose stderr goes to `log`; with `group`, it leads a process group. */
+function child(cmd, args, opts, log, group = false) {
+  const p = spawn(cmd, args, { ...opts, stdio: ['pipe', 'pipe', 'pipe'], detached: group });
+  p.group = group;
   p.stderr.on('data', (d) => log.push(d.toString()));
   return p;
 }
 
+/**
+ * Ends a child with SIGTERM (claude-host shuts down gracefully and its keeper ends its CLIs);
+ * a group leader's whole group (code-server's extension hosts) is ended with it.
+ */
 async function stop(p) {
-  if (!p || p.exitCode !== null || p.signalCode !== null) return;
-  p.kill('SIGTERM');
-  const timer = setTimeout(() => p.kill('SIGKILL'), 10_000);
-  await once(p, 'exit');
-  clearTimeout(timer);
+  if (!p) return;
+  const signal = (s) => {
+    try {
+      process.kill(p.group ? -p.pid : p.pid, s);
+    } catch {
+      // Gone already.
+    }
+  };
+  if (p.exitCode === null && p.signalCode === null) {
+    const exited = once(p, 'exit');
+    signal('SIGTERM');
+    const timer = setTimeout(() => signal('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+  // What a group leader left behind in its group.
+  if (p.group) signal('SIGKILL');
 }
 
 /** The fake GitHub + Copilot upstream, scripted over its stdin. */
@@ -245,6 +262,7 @@ export class CodeServer {
         },
       },
       this.log,
+      true,
     );
     this.p.stdout.on('data', (d) => this.log.push(d.toString()));
     await waitFor(async () => {
