@@ -158,7 +158,8 @@ export class Host {
       CLAUDE_HOST_GITHUB_API_URL: this.fake.url,
       CLAUDE_HOST_CLAUDE_PATH: paths.cli(),
       CLAUDE_HOST_CONNECTION_TOKEN: this.token,
-      CLAUDE_HOST_LOG: process.env.E2E_HOST_LOG ?? 'info',
+      // Each AHP request is logged (method, channel): what VS Code asked, in order.
+      CLAUDE_HOST_LOG: process.env.E2E_HOST_LOG ?? 'info,claude_host_ahp::server=debug',
     };
     // The credential `claude-host login` would store; the fake accepts this token.
     if (this.signedIn) env.GH_TOKEN = 'gho_fake_github_token';
