@@ -21,7 +21,12 @@ test('@ and / completions in the chat input', async (t) => {
     await rig.step('@ lists the file', async () => {
       await page.locator('.interactive-input-part .monaco-editor').first().click();
       await page.keyboard.type('@release');
-      await rows.filter({ hasText: 'release-notes.md' }).first().waitFor();
+      const file = rows.filter({ hasText: 'release-notes.md' }).first();
+      // The suggestions open as the text is typed; when typing outran them, they are asked for.
+      if (!(await file.waitFor({ timeout: 5_000 }).then(() => true, () => false))) {
+        await page.keyboard.press('Control+Space');
+      }
+      await file.waitFor();
     });
     assert.ok(
       rig.logs.host.join('').includes('method=completions'),
@@ -37,6 +42,9 @@ test('@ and / completions in the chat input', async (t) => {
     await rig.step('/ lists Claude Code commands', async () => {
       await page.locator('.interactive-input-part .monaco-editor').first().click();
       await page.keyboard.type('/');
+      if (!(await rows.first().waitFor({ timeout: 5_000 }).then(() => true, () => false))) {
+        await page.keyboard.press('Control+Space');
+      }
       await rows.first().waitFor();
     });
     const listed = await rows.allInnerTexts();
