@@ -711,7 +711,8 @@ impl Server {
                 return responder.respond_with_error(invalid(e.to_string()));
             }
         };
-        let turn_id = uuid::Uuid::new_v4().to_string();
+        // The durable form: a restored session names the turn the same.
+        let turn_id = claude_host_agent::restore::new_turn_id();
         {
             let mut slot = lock(&open.prompt);
             if slot.is_some() || open.handle.turn_running() {

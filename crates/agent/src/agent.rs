@@ -437,9 +437,11 @@ impl Agent {
         &self.models
     }
 
-    /// The resources a client must authenticate against.
+    /// The resources a client can authenticate against, `required` while the host has no
+    /// working credential. The AHP host republishes them (`root/agentsChanged`) whenever an
+    /// `authenticate` changes that.
     pub fn protected_resources(&self) -> Vec<ProtectedResourceMetadata> {
-        models::protected_resources()
+        models::protected_resources(!self.is_authenticated())
     }
 
     /// Where the customizations of a session in `cwd` come from: the CLI's config folder

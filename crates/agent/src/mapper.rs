@@ -32,6 +32,10 @@ pub struct TurnMapper {
     tools: HashMap<String, String>,
     /// Tool calls the CLI asked the user about: their automatic "ready" must not run them.
     asked: HashSet<String>,
+    /// Client tools' "ready", held back: the CLI asks about such a call (pending
+    /// confirmation) or calls the client's tool right after its `assistant` frame, and only
+    /// then is its state known, so a client sees one ready per call with the right state.
+    deferred: HashMap<String, Ready>,
     /// The model that answered last, as the response named it (the proxy names its quota
     /// fallback there; the CLI's own usage is keyed by the model it asked for).
     answered_by: Option<String>,
@@ -56,6 +60,7 @@ impl TurnMapper {
             tool_blocks: HashMap::new(),
             tools: HashMap::new(),
             asked: HashSet::new(),
+            deferred: HashMap::new(),
             answered_by: None,
             context_tokens: None,
             streaming_usage: None,
@@ -102,11 +107,20 @@ impl TurnMapper {
     /// should have been), returns its `toolCallStart` so the confirmation has a call to land on.
     pub fn asked(&mut self, tool_call_id: &str, tool: &str) -> Option<StateAction> {
         self.asked.insert(tool_call_id.to_owned());
+        // The confirmation's own ready replaces it.
+        self.deferred.remove(tool_call_id);
         if self.tools.contains_key(tool_call_id) {
             return None;
         }
         self.tools.insert(tool_call_id.to_owned(), tool.to_owned());
         Some(actions::tool_call_start(&self.turn_id, tool_call_id, tool))
+    }
+
+    /// The held-back ready of a client tool call that runs without a confirmation (the CLI
+    /// calls the client's tool): published before the call waits for its client.
+    pub fn release(&mut self, tool_call_id: &str) -> Option<StateAction> {
+        let ready = self.deferred.remove(tool_call_id)?;
+        Some(actions::tool_call_ready(&self.turn_id, tool_call_id, ready))
     }
 
     fn part_id(&self, message_id: &str, index: u64) -> String {
@@ -272,16 +286,17 @@ impl TurnMapper {
                     }
                     // Asked about already: the pending confirmation stands.
                     if !self.asked.contains(id) {
-                        out.push(actions::tool_call_ready(
-                            &t,
-                            id,
-                            Ready {
-                                invocation: actions::invocation(name, input),
-                                input: input.to_string(),
-                                confirmed: Some(ToolCallConfirmationReason::NotNeeded),
-                                title: None,
-                            },
-                        ));
+                        let ready = Ready {
+                            invocation: actions::invocation(name, input),
+                            input: input.to_string(),
+                            confirmed: Some(ToolCallConfirmationReason::NotNeeded),
+                            title: None,
+                        };
+                        if name.starts_with(crate::session::client_tools::PREFIX) {
+                            self.deferred.insert(id.clone(), ready);
+                        } else {
+                            out.push(actions::tool_call_ready(&t, id, ready));
+                        }
                     }
                 }
                 _ => {}
@@ -295,26 +310,31 @@ impl TurnMapper {
             return Vec::new();
         }
         let t = self.turn_id.clone();
-        f.tool_results()
-            .filter_map(|b| {
-                let Block::ToolResult {
-                    tool_use_id,
-                    is_error,
-                    ..
-                } = b
-                else {
-                    return None;
-                };
-                let name = self.tools.get(tool_use_id)?;
-                Some(actions::tool_call_complete(
-                    &t,
-                    tool_use_id,
-                    name,
-                    !is_error.unwrap_or(false),
-                    b.result_text().unwrap_or_default(),
-                ))
-            })
-            .collect()
+        let mut out = Vec::new();
+        for b in f.tool_results() {
+            let Block::ToolResult {
+                tool_use_id,
+                is_error,
+                ..
+            } = b
+            else {
+                continue;
+            };
+            let Some(name) = self.tools.get(tool_use_id).cloned() else {
+                continue;
+            };
+            // A client tool call that ended before either (a rule refused it): its ready
+            // still comes before its end.
+            out.extend(self.release(tool_use_id));
+            out.push(actions::tool_call_complete(
+                &t,
+                tool_use_id,
+                &name,
+                !is_error.unwrap_or(false),
+                b.result_text().unwrap_or_default(),
+            ));
+        }
+        out
     }
 
     fn note_context(&mut self) {

@@ -147,15 +147,19 @@ impl ProxyModels {
     }
 }
 
-/// The sign-in a client must provide, as RFC 9728 metadata.
-pub fn protected_resources() -> Vec<ProtectedResourceMetadata> {
+/// The GitHub sign-in this host takes, as RFC 9728 metadata. `required` is what VS Code reads
+/// as "a sign-in is needed before this agent can be used": it greys the agent out and asks for
+/// a GitHub sign-in on send unless it has one, so it is true only while the host has no
+/// working credential (a host signed in with `claude-host login` or `GH_TOKEN` serves a VS Code
+/// that has no GitHub session). A client with a session still pushes its token either way.
+pub fn protected_resources(required: bool) -> Vec<ProtectedResourceMetadata> {
     let meta = json!({
         "resource": GITHUB_RESOURCE,
         "resource_name": "GitHub Copilot",
         "authorization_servers": ["https://github.com/login/oauth"],
         "scopes_supported": ["read:user", "user:email"],
         "bearer_methods_supported": ["header"],
-        "required": true,
+        "required": required,
     });
     serde_json::from_value(meta).into_iter().collect()
 }
@@ -163,7 +167,7 @@ pub fn protected_resources() -> Vec<ProtectedResourceMetadata> {
 /// The error before a sign-in.
 pub fn auth_required() -> AgentError {
     AgentError::AuthRequired {
-        resources: protected_resources(),
+        resources: protected_resources(true),
     }
 }
 

@@ -156,6 +156,38 @@ fn subagent_turns(t: &Transcript) -> Vec<Turn> {
     turns_of(entries, true)
 }
 
+/// What a turn id starts with when it names its prompt's transcript entry: VS Code's own form
+/// for its chat requests (`request_<uuid>`).
+const TURN_ID_PREFIX: &str = "request_";
+
+/// The id of the turn whose prompt is the transcript entry `uuid`.
+///
+/// A turn's id is kept with the transcript rather than beside it: its prompt goes to the CLI
+/// with the uuid in the turn id ([`prompt_uuid`]), which the CLI writes as the entry's own, so
+/// a restore (after a restart, on another host through the shared store, or with `import`)
+/// names the turn as its client did, with nothing more to store or to lose.
+pub fn turn_id(uuid: &str) -> String {
+    format!("{TURN_ID_PREFIX}{uuid}")
+}
+
+/// A fresh turn id for a turn the host opens itself (a prompt from `run` or ACP, a queued
+/// message promoted), in the same durable form as VS Code's.
+pub fn new_turn_id() -> String {
+    turn_id(&uuid::Uuid::new_v4().to_string())
+}
+
+/// The uuid a turn's prompt goes to the CLI with: the one in a `request_<uuid>` id, so a
+/// restore gives the same id back; any other client id gets a fresh one and is restored as
+/// `request_<that uuid>` (AHP leaves turn ids to the client, and only this form round-trips).
+pub fn prompt_uuid(turn_id: &str) -> String {
+    turn_id
+        .strip_prefix(TURN_ID_PREFIX)
+        .and_then(|u| uuid::Uuid::parse_str(u).ok())
+        .map(|u| u.hyphenated().to_string())
+        .filter(|u| turn_id.ends_with(u.as_str()))
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+}
+
 fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
     let mut turns: Vec<Turn> = Vec::new();
     // Tool call id → (turn index, part index), filled in when its result is seen.
@@ -170,7 +202,7 @@ fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
             "user" if is_prompt_in(e, &c, sidechain) => {
                 set_usage(turns.last_mut(), &mut responses);
                 turns.push(Turn {
-                    id: format!("restored-{uuid}"),
+                    id: turn_id(uuid),
                     started_at: e
                         .get("timestamp")
                         .and_then(Value::as_str)

@@ -660,6 +660,10 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
                     )),
                 );
             };
+            // The order requests arrive in is what a client's race looks like in a log.
+            tracing::debug!(%id, method = %Safe(method),
+                channel = %Safe(params.get("channel").and_then(serde_json::Value::as_str).unwrap_or("")),
+                "request");
             // Handshake messages run in order before anything else is read.
             if matches!(method, "initialize" | "reconnect") {
                 request(host, conn, &id, method, params).await;

@@ -4,7 +4,7 @@
 //! published actions ([`SessionSubscription`]).
 
 mod bridge;
-mod client_tools;
+pub(crate) mod client_tools;
 mod task;
 
 pub use task::empty_chat;

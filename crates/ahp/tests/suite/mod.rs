@@ -56,6 +56,7 @@ pub(crate) async fn env_full(
         host_config,
         tweak_agent,
         tweak,
+        false,
     )
     .await;
     let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
@@ -69,7 +70,10 @@ pub(crate) async fn env_full(
 }
 
 /// A host and its server over `dir` (its `work` folder, its `.claude` config, and with
-/// `store`, the session store), models from the fake at `fake_url`.
+/// `store`, the session store), models from the fake at `fake_url`. With `signed_in`, the
+/// agent takes a GitHub token before the host starts, as `serve` does with a stored
+/// credential.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     dir: &std::path::Path,
     fake_url: &str,
@@ -77,6 +81,7 @@ async fn serve(
     host_config: HostConfig,
     tweak_agent: impl FnOnce(&mut AgentConfig),
     tweak: impl FnOnce(&mut ServeConfig),
+    signed_in: bool,
 ) -> (Arc<Host>, ServerHandle) {
     let fake_url = fake_url.to_owned();
     let factory = move |token: &str| -> Arc<dyn Upstream> {
@@ -110,6 +115,14 @@ async fn serve(
         Arc::new(ProxyModels::signed_out(proxy, Arc::new(factory))),
         store,
     ));
+    if signed_in {
+        assert!(
+            agent
+                .authenticate(GITHUB_RESOURCE, GITHUB_TOKEN)
+                .await
+                .unwrap()
+        );
+    }
     let host = Host::new(agent, host_config).await;
     let mut serve = ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -134,6 +147,7 @@ pub(crate) async fn env_with_store() -> Env {
         HostConfig::default(),
         |_| {},
         |_| {},
+        false,
     )
     .await;
     let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
@@ -156,6 +170,31 @@ async fn store_in(dir: &std::path::Path) -> Arc<dyn claude_host_store::Store> {
 
 pub(crate) async fn env() -> Env {
     env_with(HostConfig::default()).await
+}
+
+/// A host that holds a GitHub credential from its start (`claude-host login`, `GH_TOKEN`).
+pub(crate) async fn env_signed_in() -> Env {
+    let fake = FakeUpstream::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    let (host, server) = serve(
+        dir.path(),
+        &fake.url(),
+        None,
+        HostConfig::default(),
+        |_| {},
+        |_| {},
+        true,
+    )
+    .await;
+    let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
+    Env {
+        fake,
+        host,
+        server: Some(server),
+        dir,
+        url,
+    }
 }
 
 impl Env {
@@ -194,6 +233,7 @@ impl Env {
             HostConfig::default(),
             |_| {},
             |s| s.listen = addr,
+            false,
         )
         .await;
         self.host = host;

@@ -455,6 +455,95 @@ async fn a_vs_code_window_runs_turns_in_sessions_named_either_way() {
     }
 }
 
+/// The GitHub resource in a root state (`agents[0].protectedResources[0]`).
+fn github_resource(root: &Value) -> Value {
+    root["agents"][0]["protectedResources"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_holding_a_credential_serves_a_vs_code_without_a_github_session() {
+    // VS Code greys the agent out and asks for a sign-in on send while the resource's
+    // `required` is not false and it has no GitHub session of its own.
+    let e = env_signed_in().await;
+    answer_always(&e, "Hello without a sign-in.");
+    let mut c = VsCode::connect(&e.url, &uuid::Uuid::new_v4().to_string()).await;
+    let init = c.initialize(&["ahp-root://"]).await;
+    c.config_burst().await;
+    let resource = github_resource(&init["snapshots"][0]["state"]);
+    assert_eq!(resource["resource"], "https://api.github.com", "{resource}");
+    assert_eq!(resource["required"], false, "{resource}");
+    assert!(
+        resource["authorization_servers"].is_array(),
+        "a client with a session still pushes its token: {resource}"
+    );
+    // No `authenticate` at all: models, a session and a turn.
+    let model = a_model(&mut c).await;
+    let session = format!("claude:/{}", uuid::Uuid::new_v4());
+    create(&mut c, &e, &session).await;
+    let chat = claude_host_protocol::uri::default_chat_uri(&session);
+    let turn = request_id();
+    c.dispatch(
+        &chat,
+        json!({"type": "chat/turnStarted", "turnId": turn,
+            "startedAt": "2026-05-01T10:01:00.000Z",
+            "message": user_message("Say hello", &model)}),
+    )
+    .await;
+    let end = c.action("the turn's end", turn_ended(&turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert!(
+        c.notes.iter().all(|n| n["method"] != "auth/required"),
+        "nothing asked for a sign-in: {:#?}",
+        c.notes
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sign_in_is_required_only_while_the_host_has_no_credential_and_the_root_says_when_that_changes()
+ {
+    let e = env().await;
+    let mut c = VsCode::connect(&e.url, &uuid::Uuid::new_v4().to_string()).await;
+    let init = c.initialize(&["ahp-root://"]).await;
+    assert_eq!(
+        github_resource(&init["snapshots"][0]["state"])["required"],
+        true
+    );
+    let asked = c.note(|n| n["method"] == "auth/required").await;
+    assert_eq!(asked["params"]["resource"]["required"], true, "{asked}");
+    let agents_changed = |required: bool| {
+        move |a: &Value| {
+            a["action"]["type"] == "root/agentsChanged"
+                && a["action"]["agents"][0]["protectedResources"][0]["required"] == required
+        }
+    };
+    c.authenticate().await;
+    let signed_in = c
+        .action("agents changed after the sign-in", agents_changed(false))
+        .await;
+    assert!(
+        signed_in["action"]["agents"][0]["models"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "{signed_in}"
+    );
+    // Sign-out (VS Code revokes with an empty token): required again.
+    let r = c
+        .ok(
+            "authenticate",
+            json!({"channel": "ahp-root://", "resource": "https://api.github.com",
+                "scopes": ["read:user", "user:email"], "token": ""}),
+        )
+        .await;
+    assert_eq!(r, json!({}));
+    c.action("agents changed after the sign-out", agents_changed(true))
+        .await;
+    let root = c.ok("subscribe", json!({"channel": "ahp-root://"})).await;
+    assert_eq!(
+        github_resource(&root["snapshot"]["state"])["required"],
+        true
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_socket_resumes_with_reconnect_in_both_forms_without_gap_or_duplicate() {
     let e = env().await;
@@ -622,6 +711,8 @@ async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by
     assert_eq!(turns.len(), 1, "{turns:?}");
     assert_eq!(turns[0]["state"], "complete");
     assert!(turns[0].to_string().contains("Remember this"));
+    // The id VS Code gave the turn, which its fork, truncate and own records use.
+    assert_eq!(turns[0]["id"], turn.as_str(), "{turns:?}");
     c.config_burst().await;
     c.authenticate().await;
     let listed = c
@@ -1567,6 +1658,18 @@ async fn client_tool_parked(e: &Env, c: &mut VsCode, model: &str, chat: &str) ->
         })
         .await;
     let request = &need["action"]["request"];
+    // One ready for the call, asking: VS Code shows a call as running, then asking, when a
+    // `not-needed` ready comes first.
+    let readies: Vec<&Value> = c
+        .actions
+        .iter()
+        .filter(|a| {
+            a["action"]["type"] == "chat/toolCallReady"
+                && a["action"]["toolCallId"] == call.as_str()
+        })
+        .collect();
+    assert_eq!(readies.len(), 1, "one ready per call: {readies:#?}");
+    assert!(readies[0]["action"]["confirmed"].is_null(), "{readies:#?}");
     assert_eq!(request["id"], call.as_str(), "{need}");
     assert_eq!(request["clientId"], me.as_str());
     assert_eq!(request["chat"], chat);

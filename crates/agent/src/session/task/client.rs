@@ -185,6 +185,14 @@ impl Task {
             )));
             return;
         };
+        // The CLI did not ask about it: it runs, and its one ready says so now.
+        let held = match self.turn.as_mut().and_then(|t| t.mapper.release(&id)) {
+            Some(ready) => Some((ChannelKind::Chat, ready)),
+            None => self.release_in_subagent(&id),
+        };
+        if let Some((kind, ready)) = held {
+            self.publish_mapped(&kind, vec![ready]);
+        }
         let Some((kind, turn_id, call)) = self.running_call(&id) else {
             tracing::info!(session = %self.id, call = %id, "a client tool call outside a running tool call of the turn");
             let _ = reply.send(error_result(

@@ -287,6 +287,14 @@ impl Task {
         Some(child.call.clone())
     }
 
+    /// The held-back ready of a running subagent's client tool call `id`, with its chat.
+    pub(super) fn release_in_subagent(&mut self, id: &str) -> Option<(ChannelKind, StateAction)> {
+        self.subagents.iter_mut().find_map(|c| {
+            let ready = c.turn.as_mut()?.mapper.release(id)?;
+            Some((ChannelKind::Subagent(c.call.clone()), ready))
+        })
+    }
+
     fn chat_uri_of(&self, kind: &ChannelKind) -> String {
         match kind {
             ChannelKind::Subagent(call) => subagent_chat_uri(&self.uris.session, call),

@@ -25,7 +25,7 @@ impl Task {
             return;
         }
         self.turns_started += 1;
-        let turn_id = format!("turn-{}", self.turns_started);
+        let turn_id = crate::restore::new_turn_id();
         self.start_turn(turn_id, message, None, Some(done));
         self.pump().await;
     }
@@ -73,8 +73,9 @@ impl Task {
         self.notice_status(status::IN_PROGRESS);
         self.turn = Some(ActiveTurn {
             mapper: TurnMapper::new(&turn_id),
+            // The turn id comes back from the transcript when the session is restored.
+            command: crate::restore::prompt_uuid(&turn_id),
             id: turn_id,
-            command: uuid::Uuid::new_v4().to_string(),
             content: Value::String(text),
             phase: Phase::Waiting,
             ours: None,
@@ -288,7 +289,7 @@ impl Task {
         };
         self.chat(actions::pending_removed(PendingMessageKind::Queued, &q.id));
         self.turns_started += 1;
-        let turn_id = format!("turn-{}", self.turns_started);
+        let turn_id = crate::restore::new_turn_id();
         self.start_turn_from(turn_id, q.message, None, q.done, Some(q.id));
         self.pump_later();
     }
@@ -309,8 +310,9 @@ impl Task {
         let action =
             echo.unwrap_or_else(|| actions::pending_set(PendingMessageKind::Steering, id, message));
         self.publish(ChannelKind::Chat, action, origin);
-        // The CLI takes the message's uuid as its transcript id; a client's id need not be one.
-        let cli_uuid = uuid::Uuid::new_v4().to_string();
+        // The CLI takes the message's uuid as its transcript id: a restore names the turn
+        // this prompt becomes after the client's id.
+        let cli_uuid = crate::restore::prompt_uuid(id);
         self.steering.push(Steering {
             id: id.to_owned(),
             cli_uuid: cli_uuid.clone(),
