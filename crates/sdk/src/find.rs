@@ -305,8 +305,10 @@ pub async fn install_version(
     })?;
     // Left behind by an install that was killed; no one else writes them while we hold the lock.
     let tmp_prefix = format!(".tmp-{version}-");
+    let old_prefix = format!(".old-{version}-");
     for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
-        if e.file_name().to_string_lossy().starts_with(&tmp_prefix) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&tmp_prefix) || name.starts_with(&old_prefix) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -320,6 +322,10 @@ pub async fn install_version(
     };
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
+    }
+    match &outcome {
+        Ok(bin) => tracing::debug!(version, path = %bin.display(), "installed Claude Code"),
+        Err(why) => tracing::warn!(version, error = %why, "installing Claude Code failed"),
     }
     outcome.map_err(fail)
 }

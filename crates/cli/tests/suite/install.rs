@@ -161,6 +161,9 @@ async fn five_first_runs_at_once_share_one_install() {
 async fn npm_output_is_one_line_and_all_of_it_when_npm_fails() {
     let h = Host::new().await;
     let npm = FakeNpm::new(&h);
+    // What an install killed midway leaves: cleared by the next one, under the lock.
+    let killed = h.home().join("cli/.tmp-2.1.330-99999/node_modules");
+    std::fs::create_dir_all(&killed).unwrap();
 
     let out = run({
         let mut c = npm.cmd(&h);
