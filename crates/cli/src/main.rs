@@ -80,8 +80,12 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (`claude-host man | man -l -`).
-    Man,
+    /// Print the man page (`claude-host man | man -l -`), or a subcommand's
+    /// (`claude-host man serve`, the page `claude-host-serve(1)` the main one refers to).
+    Man {
+        /// The subcommand.
+        subcommand: Option<String>,
+    },
     /// Where the config file is, and every option's value with where it came from.
     Config {
         #[command(subcommand)]
@@ -126,12 +130,12 @@ fn main() -> ExitCode {
                 }
             };
         }
-        Command::Man => {
-            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+        Command::Man { subcommand } => {
+            return match man_page(subcommand.as_deref()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: cannot write the man page: {e}");
-                    ExitCode::FAILURE
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
                 }
             };
         }
@@ -172,7 +176,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::serve(&ctx, args).await,
             Command::Acp(args) => acp::acp(&ctx, args).await,
             // Answered before the runtime started.
-            Command::Completions { .. } | Command::Man => Ok(ExitCode::SUCCESS),
+            Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
             Command::Config { command: what } => {
                 match what {
                     ConfigCommand::Path => match &config.path {
@@ -212,6 +216,24 @@ fn completions(shell: clap_complete::Shell) -> String {
         return script.replace("claude__subcmd__host", "claude__host");
     }
     script
+}
+
+/// Writes the man page of claude-host, or of one of its subcommands, to stdout.
+fn man_page(subcommand: Option<&str>) -> Result<(), String> {
+    let mut cmd = Cli::command();
+    // Built, so that a subcommand's page lists the global options it takes.
+    cmd.build();
+    let page = match subcommand {
+        None => cmd,
+        Some(name) => cmd
+            .find_subcommand(name)
+            .cloned()
+            .ok_or_else(|| format!("no subcommand {name:?}"))?
+            .name(format!("claude-host-{name}")),
+    };
+    clap_mangen::Man::new(page)
+        .render(&mut std::io::stdout())
+        .map_err(|e| format!("cannot write the man page: {e}"))
 }
 
 /// The default data directory: `$XDG_DATA_HOME/claude-host` or `~/.local/share/claude-host`.

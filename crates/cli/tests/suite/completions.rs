@@ -124,6 +124,23 @@ async fn the_man_page_has_name_synopsis_and_every_subcommand() {
     }
     // The environment variables are in it.
     assert!(page.contains("CLAUDE_HOST_UPSTREAM"));
+    // Each page it refers to is there.
+    for name in subcommands(&h) {
+        let sub = generated(&h, &["man", &name]);
+        assert!(
+            sub.contains(&format!(".TH claude-host-{name} 1")),
+            "{name}: {}",
+            &sub[..sub.len().min(300)]
+        );
+    }
+    let serve = generated(&h, &["man", "serve"]);
+    assert!(serve.contains("connection\\-token") && serve.contains("\\-\\-upstream"));
+    let out = run({
+        let mut c = h.bare_cmd();
+        c.args(["man", "nope"]);
+        c
+    });
+    assert_eq!(out.status.code(), Some(2));
     // groff reads it.
     let file = h.dir.path().join("claude-host.1");
     std::fs::write(&file, &page).unwrap();
