@@ -229,7 +229,8 @@ fn man_page(subcommand: Option<&str>) -> Result<(), String> {
             .find_subcommand(name)
             .cloned()
             .ok_or_else(|| format!("no subcommand {name:?}"))?
-            .name(format!("claude-host-{name}")),
+            .name(format!("claude-host-{name}"))
+            .version(env!("CARGO_PKG_VERSION")),
     };
     clap_mangen::Man::new(page)
         .render(&mut std::io::stdout())
