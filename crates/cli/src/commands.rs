@@ -752,9 +752,21 @@ fn send_signal(pid: u32, sig: libc::c_int) {
     }
 }
 
-pub(crate) async fn install_cli(ctx: &Context, force: bool) -> anyhow::Result<ExitCode> {
-    let path = claude_cli::install_pinned(&ctx.home, force).await?;
+pub(crate) async fn install_cli(
+    ctx: &Context,
+    force: bool,
+    version: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let version = version.unwrap_or(claude_cli::PINNED_VERSION);
+    let path = claude_cli::install_version(&ctx.home, version, force).await?;
     println!("{}", path.display());
+    if version != claude_cli::PINNED_VERSION {
+        eprintln!(
+            "Claude Code {version} is installed next to the pinned {}; claude-host uses it with --claude-path {} (or CLAUDE_HOST_CLAUDE_PATH)",
+            claude_cli::PINNED_VERSION,
+            path.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -764,7 +776,9 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
         println!("{} {what}: {detail}", if ok { "ok  " } else { "FAIL" });
         failed |= !ok;
     };
-    match claude_cli::locate(ctx.opts.claude_path.as_deref(), &ctx.home, false).await {
+    let located = claude_cli::locate(ctx.opts.claude_path.as_deref(), &ctx.home, false).await;
+    let used = located.as_ref().ok().map(|c| c.path.clone());
+    match located {
         Ok(cli) => report(
             true,
             "Claude Code CLI",
@@ -782,6 +796,11 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
         ),
         Err(e) => report(false, "Claude Code CLI", format!("{e:#}")),
     }
+    report(
+        true,
+        "Installed Claude Code versions",
+        installed_versions(ctx, used.as_deref()),
+    );
     if ctx.opts.upstream == "copilot" {
         match ctx.github_token() {
             Ok(Some(t)) => report(true, "GitHub credential", t.source.to_string()),
@@ -824,6 +843,34 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `2.1.329, 2.1.330 (pinned, in use) in DIR`, or that none is installed there.
+fn installed_versions(ctx: &Context, used: Option<&std::path::Path>) -> String {
+    let dir = ctx.home.join("cli");
+    let installed = claude_cli::installed_versions(&ctx.home);
+    let used = used.and_then(|u| std::fs::canonicalize(u).ok());
+    if installed.is_empty() {
+        return format!("none in {}", dir.display());
+    }
+    let list: Vec<String> = installed
+        .iter()
+        .map(|(version, bin)| {
+            let mut notes = Vec::new();
+            if version == claude_cli::PINNED_VERSION {
+                notes.push("pinned");
+            }
+            if used.is_some() && used == std::fs::canonicalize(bin).ok() {
+                notes.push("in use");
+            }
+            if notes.is_empty() {
+                version.clone()
+            } else {
+                format!("{version} ({})", notes.join(", "))
+            }
+        })
+        .collect();
+    format!("{} in {}", list.join(", "), dir.display())
 }
 
 fn human_secs(s: i64) -> String {

@@ -2,6 +2,7 @@
 
 mod acp;
 mod commands;
+mod config;
 mod otel;
 mod run;
 mod serve;
@@ -10,13 +11,20 @@ mod setup;
 mod transfer;
 mod usage;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Run Claude Code on your GitHub Copilot plan through a secure local proxy.
 #[derive(Debug, Parser)]
-#[command(name = "claude-host", version, about, long_about = None)]
+#[command(
+    name = "claude-host",
+    version,
+    about,
+    long_about = None,
+    after_help = "Any option can also be set in the config file (`claude-host config path`): \
+                  command line > environment > config file > default."
+)]
 pub(crate) struct Cli {
     #[command(flatten)]
     global: setup::GlobalOpts,
@@ -46,11 +54,15 @@ enum Command {
     Proxy(commands::ProxyArgs),
     /// Run the Claude Code CLI through the proxy, passing ARGS through.
     Claude(commands::ClaudeArgs),
-    /// Install the pinned Claude Code CLI with npm.
+    /// Install the pinned Claude Code CLI with npm (or another version next to it).
     InstallCli {
         /// Reinstall even if it is already present.
         #[arg(long)]
         force: bool,
+        /// Install this exact version instead of the pinned one, next to it under
+        /// `$CLAUDE_HOST_HOME/cli/`; use it with `--claude-path`.
+        #[arg(long, value_name = "VERSION")]
+        version: Option<String>,
     },
     /// Check the CLI, credentials, Copilot reachability and models.
     Doctor,
@@ -62,6 +74,31 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Serve sessions over the Agent Client Protocol on stdio (Zed, JetBrains, Neovim).
     Acp(acp::AcpArgs),
+    /// Print a shell completion script (`source <(claude-host completions bash)`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (`claude-host man | man -l -`), or a subcommand's
+    /// (`claude-host man serve`, the page `claude-host-serve(1)` the main one refers to).
+    Man {
+        /// The subcommand.
+        subcommand: Option<String>,
+    },
+    /// Where the config file is, and every option's value with where it came from.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Print the config file's path (whether or not it exists).
+    Path,
+    /// Print every option's value as TOML, with where it came from (secrets masked).
+    Show,
 }
 
 fn main() -> ExitCode {
@@ -69,7 +106,41 @@ fn main() -> ExitCode {
         // Started by a host to clean up after it (see `claude_host_sdk::keeper`).
         return ExitCode::from(u8::try_from(claude_host_sdk::keeper::keeper_main()).unwrap_or(1));
     }
-    let cli = Cli::parse();
+    // Flags, then environment variables, then the config file, then defaults.
+    let (matches, command, config) =
+        match config::parse_args(Cli::command(), std::env::args_os().collect()) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match &cli.command {
+        Command::Completions { shell } => {
+            use std::io::Write as _;
+            return match std::io::stdout().write_all(completions(*shell).as_bytes()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the completions: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Man { subcommand } => {
+            return match man_page(subcommand.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        _ => {}
+    }
     raise_open_file_limit();
     let log_to_file = matches!(cli.command, Command::Claude(_) | Command::Run(_));
     let _log_guard = setup::init_logging(&cli.global, log_to_file);
@@ -96,12 +167,31 @@ fn main() -> ExitCode {
             Command::Models { json } => commands::models(&ctx, json).await,
             Command::Proxy(args) => commands::proxy(&ctx, args).await,
             Command::Claude(args) => commands::claude(&ctx, args).await,
-            Command::InstallCli { force } => commands::install_cli(&ctx, force).await,
+            Command::InstallCli { force, version } => {
+                commands::install_cli(&ctx, force, version.as_deref()).await
+            }
             Command::Doctor => commands::doctor(&ctx).await,
             Command::Sessions(args) => sessions::run(&ctx, args).await,
             Command::Run(args) => run::run(&ctx, args).await,
             Command::Serve(args) => serve::serve(&ctx, args).await,
             Command::Acp(args) => acp::acp(&ctx, args).await,
+            // Answered before the runtime started.
+            Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
+            Command::Config { command: what } => {
+                match what {
+                    ConfigCommand::Path => match &config.path {
+                        Some(p) => println!("{}", p.display()),
+                        None => anyhow::bail!(
+                            "no config file location: set XDG_CONFIG_HOME, HOME or {}",
+                            config::CONFIG_ENV
+                        ),
+                    },
+                    ConfigCommand::Show => {
+                        print!("{}", config::show(&command, &matches, &config, &ctx.home));
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
         }
     });
     match result {
@@ -111,6 +201,40 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The completion script for a shell.
+fn completions(shell: clap_complete::Shell) -> String {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "claude-host", &mut out);
+    let script = String::from_utf8_lossy(&out).into_owned();
+    if shell == clap_complete::Shell::Bash {
+        // clap_complete 4.6.11 names a subcommand's state `claude__host__subcmd__serve` in the
+        // loop that finds it and `claude__subcmd__host__subcmd__serve` in the arms that
+        // complete it, so nothing after a subcommand completes for a hyphenated binary name
+        // (clap-rs/clap#6421); the arms are given the loop's spelling.
+        return script.replace("claude__subcmd__host", "claude__host");
+    }
+    script
+}
+
+/// Writes the man page of claude-host, or of one of its subcommands, to stdout.
+fn man_page(subcommand: Option<&str>) -> Result<(), String> {
+    let mut cmd = Cli::command();
+    // Built, so that a subcommand's page lists the global options it takes.
+    cmd.build();
+    let page = match subcommand {
+        None => cmd,
+        Some(name) => cmd
+            .find_subcommand(name)
+            .cloned()
+            .ok_or_else(|| format!("no subcommand {name:?}"))?
+            .name(format!("claude-host-{name}"))
+            .version(env!("CARGO_PKG_VERSION")),
+    };
+    clap_mangen::Man::new(page)
+        .render(&mut std::io::stdout())
+        .map_err(|e| format!("cannot write the man page: {e}"))
 }
 
 /// The default data directory: `$XDG_DATA_HOME/claude-host` or `~/.local/share/claude-host`.

@@ -1,7 +1,10 @@
 mod account;
 mod acp;
+mod completions;
+mod config;
 mod durable;
 mod e2e;
+mod install;
 mod interactive;
 mod models;
 mod serve;
