@@ -142,6 +142,8 @@ fn main() -> ExitCode {
         _ => {}
     }
     raise_open_file_limit();
+    // Before any HTTP client is built (the OTLP exporter's among them).
+    claude_host_upstream::install_tls_provider();
     let log_to_file = matches!(cli.command, Command::Claude(_) | Command::Run(_));
     let _log_guard = setup::init_logging(&cli.global, log_to_file);
     // One thread: the proxy is I/O-bound (about 1 µs of CPU per streamed event), and keeping

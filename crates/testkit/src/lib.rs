@@ -44,3 +44,13 @@ pub fn turn_markdown(turn: &serde_json::Value) -> String {
         .filter_map(|p| p["content"].as_str())
         .collect()
 }
+
+/// An HTTP client for tests: no system proxy (tests talk to 127.0.0.1), TLS from rustls's
+/// *ring* provider, which reqwest needs installed before it builds a client.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client with no TLS settings of its own builds once a provider is installed")
+}

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    claude_host_testkit::http_client()
 }
 
 async fn mint(fake: &FakeUpstream) -> String {

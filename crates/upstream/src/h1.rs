@@ -727,6 +727,7 @@ mod tests {
     fn client() -> H1Client {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
+        crate::install_tls_provider();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .unwrap()

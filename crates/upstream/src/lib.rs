@@ -348,9 +348,17 @@ pub trait Upstream: Send + Sync + 'static {
     }
 }
 
+/// Makes rustls's *ring* provider the process's default, once; later calls do nothing. The
+/// HTTP clients (reqwest, hyper-rustls, the OpenTelemetry exporter's) take their TLS from it.
+pub fn install_tls_provider() {
+    // Err means a provider is installed already: the first one stays, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Builds the shared HTTP client: connect timeout, no total timeout (streams can last many
 /// minutes), TCP_NODELAY.
 pub fn http_client() -> Result<reqwest::Client, UpstreamError> {
+    install_tls_provider();
     reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(15))
         .tcp_nodelay(true)

@@ -64,6 +64,7 @@ impl StreamClient {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(Duration::from_secs(15)));
+        crate::install_tls_provider();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(|e| {

@@ -1019,7 +1019,7 @@ async fn client_supplied_values_cannot_forge_log_lines() {
         .to_owned();
     let forged = "x\n2026-11-25T00:00:00Z  INFO FORGED line\u{1b}[2J";
     let long = "m".repeat(100_000);
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = claude_host_testkit::http_client();
     for (session, model) in [("s\nFORGED session", forged), ("s", long.as_str())] {
         let resp = http
             .post(format!("{}/v1/messages", info["base_url"].as_str().unwrap()))
@@ -1506,7 +1506,7 @@ async fn model_calls_are_exported_over_otlp_and_status_shows_todays_usage() {
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
         .stderr(Stdio::inherit());
     let (child, info) = spawn_proxy(c);
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let http = claude_host_testkit::http_client();
     for (prompt, status) in [("hello", 200), ("limit me", 429)] {
         let resp = http
             .post(format!(

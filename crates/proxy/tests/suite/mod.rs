@@ -58,7 +58,7 @@ pub(crate) async fn env_on(fake: FakeUpstream, config: ProxyConfig) -> Env {
         proxy,
         copilot,
         clock,
-        http: reqwest::Client::builder().no_proxy().build().unwrap(),
+        http: claude_host_testkit::http_client(),
     }
 }
 
@@ -108,10 +108,7 @@ pub(crate) async fn proxy_with_copilot_api(fake: &FakeUpstream, api_url: String)
 
 /// A streamed Messages request through `proxy`, from a client of its own.
 pub(crate) async fn post_stream(proxy: &ProxyHandle) -> reqwest::Response {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
+    claude_host_testkit::http_client()
         .post(format!("{}/v1/messages", proxy.base_url()))
         .header("authorization", format!("Bearer {}", proxy.auth_token("s")))
         .json(&request("hi", true))

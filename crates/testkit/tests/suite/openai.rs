@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    claude_host_testkit::http_client()
 }
 
 async fn start(config: FakeConfig) -> (FakeUpstream, String) {
