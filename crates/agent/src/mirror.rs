@@ -8,12 +8,18 @@
 //! (the `cost-state` it writes as it exits) — except its request-replay cache
 //! (`api-request*` lines: large, and of no use on another machine).
 //!
+//! Every append is made under the session's lease ([`Mirror::lease`]): the store refuses it
+//! in the same transaction when another host has taken the session over, or the lease ran
+//! out. A session the mirror has no lease for (its lease was lost, or it closed) is not
+//! written at all: its remaining lines stay in the local file, which the store's copy
+//! replaces when the session is opened again.
+//!
 //! When an append fails (the database is down, a timeout), the file is retried from the same
 //! place later, with back-off; the session goes on meanwhile. A failed append is never taken
 //! for done, and a position is derived from the store's own count, so a batch that committed
 //! without the host hearing of it is not stored twice.
 
-use claude_host_store::{SessionStore, TranscriptKey};
+use claude_host_store::{Fence, SessionStore, StoreError, TranscriptKey};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -28,8 +34,16 @@ const BATCH_ENTRIES: usize = 500;
 const APPEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 enum Msg {
-    Changed { file: PathBuf },
+    Changed {
+        file: PathBuf,
+    },
     Flush(oneshot::Sender<()>),
+    /// The lease a session's lines are written under (`Some(None)`: unleased by choice;
+    /// `None`: none any more, its lines are no longer written).
+    Lease {
+        session: String,
+        fence: Option<Option<Fence>>,
+    },
 }
 
 /// Counters of the mirror (logs and `status`).
@@ -127,6 +141,7 @@ impl Mirror {
         let worker = Worker {
             store,
             projects,
+            leases: HashMap::new(),
             tails: HashMap::new(),
             behind: BTreeSet::new(),
             stats: stats.clone(),
@@ -157,6 +172,22 @@ impl Mirror {
         let _ = self.tx.send(Msg::Changed { file });
     }
 
+    /// Writes the session's lines under `fence` from now on (`None`: unleased, by choice).
+    pub fn lease(&self, session: &str, fence: Option<Fence>) {
+        let _ = self.tx.send(Msg::Lease {
+            session: session.to_owned(),
+            fence: Some(fence),
+        });
+    }
+
+    /// Stops writing the session's lines (its lease was lost or given back).
+    pub fn forget(&self, session: &str) {
+        let _ = self.tx.send(Msg::Lease {
+            session: session.to_owned(),
+            fence: None,
+        });
+    }
+
     /// Returns once every file reported before is stored to its end, or known to be behind.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
@@ -177,6 +208,8 @@ struct Tail {
 struct Worker {
     store: Arc<dyn SessionStore>,
     projects: PathBuf,
+    /// The lease each session's lines are written under; a session not here is not written.
+    leases: HashMap<String, Option<Fence>>,
     tails: HashMap<PathBuf, Tail>,
     /// Files with lines the store could not take yet.
     behind: BTreeSet<PathBuf>,
@@ -224,6 +257,18 @@ impl Worker {
                         changed.insert(file);
                     }
                     Msg::Flush(reply) => flushes.push(reply),
+                    Msg::Lease { session, fence } => {
+                        // Lines reported before the change are written under the old lease.
+                        for file in std::mem::take(&mut changed) {
+                            self.sync(&file).await;
+                        }
+                        match fence {
+                            Some(f) => {
+                                self.leases.insert(session, f);
+                            }
+                            None => self.drop_session(&session),
+                        }
+                    }
                 }
                 next = rx.try_recv().ok();
             }
@@ -236,6 +281,23 @@ impl Worker {
             }
             for reply in flushes {
                 let _ = reply.send(());
+            }
+        }
+    }
+
+    /// Forgets a session's lease and files: nothing more of it is written.
+    fn drop_session(&mut self, session: &str) {
+        self.leases.remove(session);
+        let files: Vec<PathBuf> = self
+            .tails
+            .iter()
+            .filter(|(_, t)| t.key.session_id == session)
+            .map(|(f, _)| f.clone())
+            .collect();
+        for f in files {
+            self.tails.remove(&f);
+            if self.behind.remove(&f) {
+                self.stats.behind.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
@@ -256,7 +318,12 @@ impl Worker {
         };
         let key = tail.key.clone();
         let known = tail.offset;
-        match self.copy(&key, file, known).await {
+        let Some(fence) = self.leases.get(&key.session_id).cloned() else {
+            tracing::debug!(session = %key.session_id, file = %file.display(), "no lease for the session here; its new lines are not stored");
+            self.tails.remove(file);
+            return;
+        };
+        match self.copy(&key, file, known, fence.as_ref()).await {
             Ok(offset) => {
                 if let Some(t) = self.tails.get_mut(file) {
                     t.offset = Some(offset);
@@ -266,7 +333,13 @@ impl Worker {
                     tracing::info!(session = %key.session_id, "the session store caught up with the transcript");
                 }
             }
-            Err(error) => {
+            Err(CopyError::Fenced(error)) => {
+                // Another host has the session: nothing more of it is written from here.
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(session = %key.session_id, %error, "the store refused the session's lines: this host's lease is not the current one");
+                self.drop_session(&key.session_id);
+            }
+            Err(CopyError::Other(error)) => {
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
                 if self.behind.insert(file.to_owned()) {
                     self.stats.behind.fetch_add(1, Ordering::Relaxed);
@@ -286,26 +359,44 @@ impl Worker {
         key: &TranscriptKey,
         file: &Path,
         from: Option<u64>,
-    ) -> Result<u64, String> {
+        fence: Option<&Fence>,
+    ) -> Result<u64, CopyError> {
         let skip = match from {
             Some(_) => 0,
-            None => usize::try_from(self.store.count(key).await.map_err(|e| e.to_string())?)
+            None => usize::try_from(self.store.count(key).await.map_err(CopyError::from)?)
                 .unwrap_or(usize::MAX),
         };
         let path = file.to_owned();
         let (lines, end) =
             tokio::task::spawn_blocking(move || read_from(&path, from.unwrap_or(0), skip))
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                .map_err(|e| CopyError::Other(e.to_string()))?
+                .map_err(|e| CopyError::Other(format!("cannot read {}: {e}", file.display())))?;
         for chunk in lines.chunks(BATCH_ENTRIES) {
-            let n = tokio::time::timeout(APPEND_TIMEOUT, self.store.append(key, chunk))
+            let n = tokio::time::timeout(APPEND_TIMEOUT, self.store.append(key, chunk, fence))
                 .await
-                .map_err(|_| format!("no answer in {} s", APPEND_TIMEOUT.as_secs()))?
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| {
+                    CopyError::Other(format!("no answer in {} s", APPEND_TIMEOUT.as_secs()))
+                })?
+                .map_err(CopyError::from)?;
             self.stats.appended.fetch_add(n, Ordering::Relaxed);
         }
         Ok(end)
+    }
+}
+
+/// Why a copy stopped: the lease (final for the session) or anything else (retried).
+enum CopyError {
+    Fenced(String),
+    Other(String),
+}
+
+impl From<StoreError> for CopyError {
+    fn from(e: StoreError) -> CopyError {
+        match e {
+            e @ StoreError::Fenced { .. } => CopyError::Fenced(e.to_string()),
+            e => CopyError::Other(e.to_string()),
+        }
     }
 }
 

@@ -137,6 +137,10 @@ pub(crate) struct GlobalOpts {
         default_value_t = 30
     )]
     pub session_lease_secs: u64,
+    /// With a shared database that cannot be reached, drive sessions without a lease (two
+    /// hosts may then drive one at once). Off: such a session is refused, naming the database.
+    #[arg(long, global = true, env = "CLAUDE_HOST_ALLOW_UNLEASED")]
+    pub allow_unleased: bool,
     /// How long a session's Claude Code process may sit idle before it is stopped (it starts
     /// again, resuming, when the session is opened, a prompt is typed or sent); 0 keeps it.
     #[arg(
@@ -480,6 +484,7 @@ pub(crate) async fn build_agent(
         db,
         host: host_name(),
         lease_ttl: std::time::Duration::from_secs(ctx.opts.session_lease_secs.max(1)),
+        allow_unleased: ctx.opts.allow_unleased,
     });
     if ctx.opts.upstream == "copilot" {
         // Claude Code's WebSearch is a server tool that Copilot refuses ("did 0 searches").
