@@ -158,6 +158,9 @@ pub struct AgentConfig {
     pub keeper: Option<Arc<claude_host_sdk::Keeper>>,
     /// Where the agent's counters go (CLI starts, crashes, idle stops); `None`: not counted.
     pub meter: Option<opentelemetry::metrics::Meter>,
+    /// How long [`Agent::shutdown`] lets running turns finish before it cancels them (then
+    /// the transcripts are flushed to the shared store and the leases given back).
+    pub shutdown_grace: Duration,
     /// The model of Claude Code's small/fast calls (`None`: one the plan includes, when it
     /// has one; else Claude Code's own choice).
     pub small_model: Option<String>,
@@ -184,6 +187,7 @@ impl AgentConfig {
             customizations_dir: None,
             keeper: None,
             meter: None,
+            shutdown_grace: Duration::from_secs(10),
             cli_idle: Some(Duration::from_secs(300)),
             warm_up: true,
             small_model: None,
@@ -331,6 +335,8 @@ pub struct Agent {
     unleased: AtomicUsize,
     // Each open session's lease keeper (renews, then flushes and releases as it closes).
     lease_jobs: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    // Set as a shutdown begins: no session is created or opened from then on.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Agent {
@@ -377,6 +383,7 @@ impl Agent {
             meters,
             unleased: AtomicUsize::new(0),
             lease_jobs: Mutex::new(Vec::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -959,7 +966,7 @@ impl Agent {
 
     /// Creates a session: provisional (no process, nothing written) unless `warm`.
     pub async fn create_session(&self, new: NewSession) -> Result<SessionHandle, AgentError> {
-        if self.shut_down.initialized() {
+        if self.shut_down.initialized() || self.stopping.load(Ordering::SeqCst) {
             return Err(AgentError::ShutDown);
         }
         if !self.models.is_authenticated() {
@@ -1111,7 +1118,7 @@ impl Agent {
         if let Some(s) = self.session(id) {
             return Ok(s);
         }
-        if self.shut_down.initialized() {
+        if self.shut_down.initialized() || self.stopping.load(Ordering::SeqCst) {
             return Err(AgentError::ShutDown);
         }
         if uuid::Uuid::parse_str(id).is_err() {
@@ -1326,6 +1333,28 @@ impl Agent {
     pub async fn shutdown(&self) {
         self.shut_down
             .get_or_init(|| async {
+                self.stopping.store(true, Ordering::SeqCst);
+                // Running turns may finish (bounded); what still runs then is cancelled by
+                // the close below.
+                let running: Vec<SessionHandle> = self
+                    .live_sessions()
+                    .into_iter()
+                    .filter(|s| s.status().turn.is_some())
+                    .collect();
+                if !running.is_empty() {
+                    tracing::info!(sessions = running.len(), grace = ?self.config.shutdown_grace, "letting running turns finish before stopping");
+                    let all = async {
+                        for s in &running {
+                            s.wait_idle().await;
+                        }
+                    };
+                    if tokio::time::timeout(self.config.shutdown_grace, all)
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!("turns still running after the grace period are cancelled");
+                    }
+                }
                 let sessions: Vec<SessionHandle> = {
                     let mut reg = lock(&self.registry);
                     reg.by_uri.clear();

@@ -217,11 +217,19 @@ async fn database_report(ctx: &Context) -> Option<serde_json::Value> {
     let location = claude_host_store::redact(&url);
     let db = match claude_host_store::Database::open(&url).await {
         Ok(db) => db,
-        Err(e) => return Some(json!({"location": location, "error": e.to_string()})),
+        Err(e) => {
+            return Some(
+                json!({"location": location, "error": e.to_string(), "unleased": unleased_json(ctx)}),
+            );
+        }
     };
     let records = match db.metadata.list(true).await {
         Ok(r) => r,
-        Err(e) => return Some(json!({"location": location, "error": e.to_string()})),
+        Err(e) => {
+            return Some(
+                json!({"location": location, "error": e.to_string(), "unleased": unleased_json(ctx)}),
+            );
+        }
     };
     let ids: std::collections::HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
     let (mut behind_sessions, mut behind_entries) = (0u64, 0u64);
@@ -247,11 +255,29 @@ async fn database_report(ctx: &Context) -> Option<serde_json::Value> {
         }
     }
     Some(json!({"location": location, "sessions": records.len(),
-                "behind": {"sessions": behind_sessions, "entries": behind_entries}}))
+                "behind": {"sessions": behind_sessions, "entries": behind_entries},
+                "unleased": unleased_json(ctx)}))
+}
+
+/// The running hosts that drive sessions without a lease when the database cannot be reached
+/// (`--allow-unleased`).
+fn unleased_json(ctx: &Context) -> Vec<serde_json::Value> {
+    crate::usage::unleased_hosts(&ctx.home)
+        .into_iter()
+        .map(|(pid, command, database)| json!({"pid": pid, "command": command, "database": database}))
+        .collect()
 }
 
 fn print_database(report: Option<&serde_json::Value>) {
     let Some(r) = report else { return };
+    for h in r["unleased"].as_array().into_iter().flatten() {
+        println!(
+            "Unleased sessions allowed (--allow-unleased): `{}` (pid {}) drives a session without a lease when {} cannot be reached; another host may then drive it too",
+            h["command"].as_str().unwrap_or("?"),
+            h["pid"],
+            h["database"].as_str().unwrap_or("?")
+        );
+    }
     let location = r["location"].as_str().unwrap_or("?");
     if let Some(e) = r["error"].as_str() {
         println!("Session database: {location}: {e}");

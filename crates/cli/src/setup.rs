@@ -141,6 +141,16 @@ pub(crate) struct GlobalOpts {
     /// hosts may then drive one at once). Off: such a session is refused, naming the database.
     #[arg(long, global = true, env = "CLAUDE_HOST_ALLOW_UNLEASED")]
     pub allow_unleased: bool,
+    /// On SIGTERM, how long running turns may go on before they are cancelled (then the
+    /// transcripts are flushed and the sessions' leases given back).
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_SHUTDOWN_GRACE_SECS",
+        value_name = "SECONDS",
+        default_value_t = 10
+    )]
+    pub shutdown_grace_secs: u64,
     /// How long a session's Claude Code process may sit idle before it is stopped (it starts
     /// again, resuming, when the session is opened, a prompt is typed or sent); 0 keeps it.
     #[arg(
@@ -457,7 +467,7 @@ pub(crate) async fn build_agent(
     )
     .await
     .context("cannot start the model proxy")?;
-    let usage = crate::usage::UsageRecorder::start(
+    let mut usage = crate::usage::UsageRecorder::start(
         &ctx.home,
         proxy.prompt_ledger(),
         proxy.usage(),
@@ -478,8 +488,18 @@ pub(crate) async fn build_agent(
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.warm_up = ctx.opts.warm_up;
+    config.shutdown_grace = std::time::Duration::from_secs(ctx.opts.shutdown_grace_secs);
     config.small_model.clone_from(&ctx.opts.small_model);
     config.subagent_model.clone_from(&ctx.opts.subagent_model);
+    if ctx.opts.allow_unleased
+        && let Some(db) = &db
+    {
+        usage.hold(crate::usage::UnleasedMark::new(
+            &ctx.home,
+            command,
+            &db.location,
+        ));
+    }
     config.durable = db.map(|db| claude_host_agent::Durable {
         db,
         host: host_name(),

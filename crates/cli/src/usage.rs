@@ -47,6 +47,69 @@ pub(crate) struct UsageRecorder {
     /// Held for each write, which reads the counts under it: a write still running when the
     /// recorder is dropped cannot land after the last one with older counts.
     writing: Arc<Mutex<()>>,
+    /// Says, while this process runs, that it drives sessions unleased when it must.
+    unleased: Option<UnleasedMark>,
+}
+
+/// `$CLAUDE_HOST_HOME/unleased/<pid>.json`: this process runs with `--allow-unleased` and a
+/// shared database (for `status`); removed as it stops.
+pub(crate) struct UnleasedMark(PathBuf);
+
+impl UnleasedMark {
+    pub(crate) fn new(home: &Path, command: &str, database: &str) -> Option<UnleasedMark> {
+        let path = home
+            .join("unleased")
+            .join(format!("{}.json", std::process::id()));
+        let body = serde_json::json!({"pid": std::process::id(), "command": command,
+            "database": database, "since": now_ms()});
+        match claude_host_upstream::private_files::write_atomic(&path, body.to_string().as_bytes())
+        {
+            Ok(()) => Some(UnleasedMark(path)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot record that this host allows unleased sessions");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for UnleasedMark {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The running processes that drive sessions unleased when they must: (pid, command,
+/// database). Marks of processes that are gone are removed.
+pub(crate) fn unleased_hosts(home: &Path) -> Vec<(u32, String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(home.join("unleased"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(v) = std::fs::read(e.path())
+            .map_err(|_| ())
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|_| ()))
+        else {
+            continue;
+        };
+        let pid = v["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0);
+        if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        out.push((
+            pid,
+            v["command"].as_str().unwrap_or_default().to_owned(),
+            v["database"].as_str().unwrap_or_default().to_owned(),
+        ));
+    }
+    out.sort();
+    out
 }
 
 /// What a recorder writes: the proxy's per-session requests and its per-day calls.
@@ -108,7 +171,13 @@ impl UsageRecorder {
             started_at,
             task,
             writing,
+            unleased: None,
         }
+    }
+
+    /// Keeps `mark` for as long as this process records.
+    pub(crate) fn hold(&mut self, mark: Option<UnleasedMark>) {
+        self.unleased = mark;
     }
 }
 

@@ -49,7 +49,11 @@ impl PgStore {
         };
         let opts = PgConnectOptions::from_str(url)
             .map_err(|e| open_err(format!("invalid URL: {}", scrub(&e.to_string(), url))))?
-            .application_name("claude-host");
+            .application_name("claude-host")
+            // A write's transaction holds the session's lease row (for share) until it ends; a
+            // host cut off mid-transaction must not keep another host from taking the lease
+            // over for longer than this.
+            .options([("idle_in_transaction_session_timeout", "5s")]);
         let mut conn =
             tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&opts))
                 .await

@@ -4,6 +4,8 @@ mod durable;
 mod e2e;
 mod interactive;
 mod models;
+mod partition;
+mod relay;
 mod serve;
 
 use claude_host_testkit::fake::FakeUpstream;
