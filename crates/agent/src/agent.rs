@@ -683,6 +683,7 @@ impl Agent {
                 .customizations_dir
                 .as_ref()
                 .map(|d| d.join("global.json")),
+            stored: None,
         };
         SessionSpec {
             edits,
@@ -1230,6 +1231,14 @@ impl Agent {
         spec.subagents = subagents;
         if let Some(d) = &mut spec.durable {
             d.fence = fence;
+            spec.customs.stored = record
+                .as_ref()
+                .and_then(|r| r.decisions.as_deref())
+                .and_then(|j| {
+                    serde_json::from_str(j)
+                        .map_err(|e| tracing::warn!(session = %id, error = %e, "the stored customization decisions are unreadable; using this host's"))
+                        .ok()
+                });
         }
         if let Some(u) = &uncut_warm_up {
             tracing::info!(session = %id, warm_up = %u, "the transcript ends in a warm-up turn that was not cut; the next CLI resumes before it");

@@ -40,6 +40,7 @@ fn record_from(v: &Value, id: &str) -> Option<SessionRecord> {
         archived: v.get("archived").and_then(Value::as_bool).unwrap_or(false),
         read: v.get("read").and_then(Value::as_bool).unwrap_or(false),
         host: None,
+        decisions: None,
     })
 }
 

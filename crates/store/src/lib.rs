@@ -54,6 +54,9 @@ pub struct SessionRecord {
     pub read: bool,
     /// The host that last ran the session (its name), when known.
     pub host: Option<String>,
+    /// The session's customization decisions (JSON), when a shared store keeps them (a
+    /// record without them keeps the stored ones).
+    pub decisions: Option<String>,
 }
 
 /// Store failures.
@@ -135,12 +138,14 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_resource_and_read.sql"),
     include_str!("../migrations/0003_transcripts_and_leases.sql"),
     include_str!("../migrations/0004_lease_epochs.sql"),
+    include_str!("../migrations/0005_session_decisions.sql"),
 ];
 
 /// PostgreSQL schema migrations, applied in order; the index + 1 is the schema version.
 pub(crate) const PG_MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_schema.sql"),
     include_str!("../migrations/postgres/0002_lease_epochs.sql"),
+    include_str!("../migrations/postgres/0003_session_decisions.sql"),
 ];
 
 pub(crate) fn held(session_id: &str, holder: String, since: i64, expires: i64) -> StoreError {

@@ -254,6 +254,7 @@ fn record(row: &sqlx::postgres::PgRow) -> Result<SessionRecord, StoreError> {
         archived: row.try_get("archived").map_err(q)?,
         read: row.try_get("read").map_err(q)?,
         host: row.try_get("host").map_err(q)?,
+        decisions: row.try_get("decisions").map_err(q)?,
     })
 }
 
@@ -263,9 +264,10 @@ impl Store for PgStore {
         let mut tx = self.pool.begin().await.map_err(q)?;
         check_fence(&mut tx, &r.id, fence).await?;
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host), resource = excluded.resource,
+            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host, decisions)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host),
+               decisions = COALESCE(excluded.decisions, sessions.decisions), resource = excluded.resource,
                read = excluded.read, title = excluded.title, model = excluded.model,
                effort = excluded.effort, permission_mode = excluded.permission_mode, cwd = excluded.cwd,
                updated_at = excluded.updated_at, archived = excluded.archived",
@@ -282,6 +284,7 @@ impl Store for PgStore {
         .bind(&r.resource)
         .bind(r.read)
         .bind(&r.host)
+        .bind(&r.decisions)
         .execute(&mut *tx)
         .await
         .map_err(q)?;

@@ -122,6 +122,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
         archived: row.try_get::<i64, _>("archived").map_err(q)? != 0,
         read: row.try_get::<i64, _>("read").map_err(q)? != 0,
         host: row.try_get("host").map_err(q)?,
+        decisions: row.try_get("decisions").map_err(q)?,
     })
 }
 
@@ -178,9 +179,10 @@ impl Store for SqliteStore {
         // writer went in between), and a refusal rolls it back.
         let mut tx = self.pool.begin().await.map_err(q)?;
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host), resource = excluded.resource, read = excluded.read, title = excluded.title, model = excluded.model,
+            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host, decisions)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host),
+               decisions = COALESCE(excluded.decisions, sessions.decisions), resource = excluded.resource, read = excluded.read, title = excluded.title, model = excluded.model,
                effort = excluded.effort, permission_mode = excluded.permission_mode, cwd = excluded.cwd,
                updated_at = excluded.updated_at, archived = excluded.archived",
         )
@@ -196,6 +198,7 @@ impl Store for SqliteStore {
         .bind(&r.resource)
         .bind(i64::from(r.read))
         .bind(&r.host)
+        .bind(&r.decisions)
         .execute(&mut *tx)
         .await
         .map_err(q)?;

@@ -798,6 +798,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         ),
         dir: None,
         global: None,
+        stored: None,
     };
     spawn(SessionSpec {
         customs,

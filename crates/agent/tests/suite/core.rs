@@ -518,6 +518,7 @@ async fn an_unreadable_store_record_is_never_overwritten() {
         resource: None,
         read: false,
         host: None,
+        decisions: None,
         title: Some("Archived long ago".into()),
         model: None,
         effort: None,

@@ -517,3 +517,92 @@ async fn a_database_down_at_open_is_refused_unless_unleased_is_allowed_and_statu
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["database"]["unleased"], serde_json::json!([]), "{v}");
 }
+
+/// The first object under `v` whose `id` is `id`.
+fn find_id<'a>(v: &'a Value, id: &str) -> Option<&'a Value> {
+    match v {
+        Value::Object(m) => {
+            if m.get("id").and_then(Value::as_str) == Some(id) {
+                return Some(v);
+            }
+            m.values().find_map(|x| find_id(x, id))
+        }
+        Value::Array(a) => a.iter().find_map(|x| find_id(x, id)),
+        _ => None,
+    }
+}
+
+fn turned_off_here(v: &Value, id: &str) -> bool {
+    find_id(v, id).is_some_and(|e| e["enabled"] == false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_customization_decisions_move_with_it() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = slow_host().await;
+    let mut a = node(&h, pg, &db).await;
+    let b = node(&h, pg, &db).await;
+    let skill = a.machine.dir.path().join("work/.claude/skills/deploy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: deploy\ndescription: Deploys the thing\n---\nDeploy it.\n",
+    )
+    .unwrap();
+    let id_of_skill = "project:skill:deploy";
+    let mut wa = Ws::connect(a.port, TOKEN).await;
+    let (session, id, chat) = wa.new_session(&a.machine).await;
+    let t = wa.turn(&chat, "first: say ok").await;
+    assert_eq!(wa.turn_end(&t).await["action"]["type"], "chat/turnComplete");
+    snapshot_until(&mut wa, &session, "the skill discovered, on", |v| {
+        find_id(v, id_of_skill).is_some_and(|e| e["enabled"] != false)
+    })
+    .await;
+    wa.dispatch(
+        &session,
+        serde_json::json!({"type": "session/customizationToggled", "id": id_of_skill,
+            "enablement": [{"kind": "session", "enabled": false}]}),
+    )
+    .await;
+    let echo = wa
+        .action("the toggle's echo", |x| {
+            x["action"]["type"] == "session/customizationToggled"
+        })
+        .await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let name = db.rsplit('/').next().unwrap().to_owned();
+    until("the decision is in the session's record", || {
+        pg.psql(
+            &name,
+            &format!("SELECT COALESCE(decisions, '') FROM sessions WHERE id = '{id}'"),
+        )
+        .unwrap()
+        .contains(id_of_skill)
+    })
+    .await;
+    assert!(super::serve::stop(&mut a.serve.0).success());
+
+    // B opens it: the skill is off there too, by the session's own decision.
+    let mut wb = Ws::connect(b.port, TOKEN).await;
+    snapshot_until(&mut wb, &session, "the skill, off on B", |v| {
+        turned_off_here(v, id_of_skill)
+    })
+    .await;
+}
+
+/// Subscribes to `session` until its snapshot satisfies `pred` (discovery runs beside the
+/// session's task; a later subscribe sees its result).
+async fn snapshot_until(ws: &mut Ws, session: &str, what: &str, pred: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let snapshot = ws
+            .ok("subscribe", serde_json::json!({"channel": session}))
+            .await;
+        if pred(&snapshot) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {snapshot}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -427,6 +427,7 @@ async fn metadata_round_trips_with_its_host() {
         let mut r = crate::rec("m", 5);
         r.host = Some("box-1".into());
         r.read = true;
+        r.decisions = Some(r#"{"by_id":{}}"#.into());
         db.metadata.put(&r, None).await.unwrap();
         // A write that does not know the host keeps the one stored.
         let mut again = r.clone();
@@ -435,6 +436,11 @@ async fn metadata_round_trips_with_its_host() {
         db.metadata.put(&again, None).await.unwrap();
         let back = db.metadata.get("m").await.unwrap().unwrap();
         assert_eq!(back.host.as_deref(), Some("box-1"), "{name}");
+        assert_eq!(
+            back.decisions.as_deref(),
+            Some(r#"{"by_id":{}}"#),
+            "{name}: decisions kept by a record without them"
+        );
         assert_eq!(back.updated_at, 6);
         assert!(back.read);
         assert_eq!(db.metadata.list(false).await.unwrap().len(), 1, "{name}");

@@ -26,6 +26,9 @@ pub(crate) struct CustomsSpec {
     pub dir: Option<PathBuf>,
     /// The host's global decisions file.
     pub global: Option<PathBuf>,
+    /// The session's decisions as the shared store keeps them (they win over the file: the
+    /// session may have moved here from another host).
+    pub stored: Option<Decisions>,
 }
 
 /// The task's part of it.
@@ -53,11 +56,12 @@ pub(crate) struct Customs {
 
 impl Customs {
     pub(crate) fn new(spec: CustomsSpec) -> Customs {
-        let session_decisions = spec
-            .dir
-            .as_ref()
-            .map(|d| Decisions::load(&d.join("decisions.json")))
-            .unwrap_or_default();
+        let session_decisions = spec.stored.clone().unwrap_or_else(|| {
+            spec.dir
+                .as_ref()
+                .map(|d| Decisions::load(&d.join("decisions.json")))
+                .unwrap_or_default()
+        });
         let global = spec
             .global
             .as_ref()
@@ -325,7 +329,16 @@ impl Task {
         Ok(())
     }
 
-    fn save_decisions(&self) {
+    /// The session's decisions as the shared store keeps them.
+    pub(super) fn decisions_json(&self) -> Option<String> {
+        serde_json::to_string(&self.customs.session_decisions).ok()
+    }
+
+    fn save_decisions(&mut self) {
+        // With a shared store they travel with the session's record (written under its lease).
+        if self.durable.is_some() {
+            self.save();
+        }
         if let Some(dir) = &self.customs.spec.dir
             && let Err(e) = self
                 .customs

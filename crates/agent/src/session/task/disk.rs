@@ -175,6 +175,7 @@ impl Task {
             archived: self.archived,
             read: self.read,
             host: self.durable.as_ref().map(|d| d.host.clone()),
+            decisions: self.durable.as_ref().and_then(|_| self.decisions_json()),
         };
         self.overlay = Overlay::Known(Some(record.clone()));
         self.saved += 1;
