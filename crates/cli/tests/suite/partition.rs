@@ -606,3 +606,67 @@ async fn snapshot_until(ws: &mut Ws, session: &str, what: &str, pred: impl Fn(&V
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_list_shows_the_holder_and_release_hands_the_session_over() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = slow_host().await;
+    let a = node(&h, pg, &db).await;
+    let b = node(&h, pg, &db).await;
+    let mut wa = Ws::connect(a.port, TOKEN).await;
+    let (session, id, chat) = wa.new_session(&a.machine).await;
+    let t = wa.turn(&chat, "first: say ok").await;
+    assert_eq!(wa.turn_end(&t).await["action"]["type"], "chat/turnComplete");
+    let a_pid = format!("(pid {})", a.serve.0.id());
+
+    // Listed on B with who holds it and since when.
+    let mut c = b.machine.cmd(&h, &db);
+    c.args(["sessions", "list", "--json"]);
+    let out = tokio::task::spawn_blocking(move || run(c)).await.unwrap();
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let s = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        s["held"]["holder"].as_str().unwrap().ends_with(&a_pid),
+        "{s}"
+    );
+    assert!(s["held"]["since"].as_str().unwrap().ends_with('Z'), "{s}");
+
+    // Released by hand: B may open it at once, and A stops driving it.
+    let mut c = b.machine.cmd(&h, &db);
+    c.args(["sessions", "release", &id]);
+    let out = tokio::task::spawn_blocking(move || run(c)).await.unwrap();
+    assert!(out.status.success());
+    assert!(stdout(&out).contains(&a_pid), "{}", stdout(&out));
+    let mut wb = Ws::connect(b.port, TOKEN).await;
+    wb.ok("subscribe", serde_json::json!({"channel": session}))
+        .await;
+    let b_pid = format!("(pid {})", b.serve.0.id());
+    until("A learns it no longer holds the session", || {
+        !cli_of(&a.machine, &id)
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = wa
+            .request("subscribe", serde_json::json!({"channel": session}))
+            .await;
+        if r["error"]["code"] == -32009 {
+            assert!(
+                r["error"]["data"]["heldBy"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&b_pid),
+                "{r}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "A still drives it: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
