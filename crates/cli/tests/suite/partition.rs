@@ -84,6 +84,17 @@ async fn slow_host() -> Host {
         reply: Reply::text("A story."),
         times: Some(usize::MAX),
     });
+    // A turn that goes on writing transcript lines: a read-only tool call after another.
+    h.fake.push(Rule {
+        when: Match::LastUserContains("keep looking around".into()),
+        reply: Reply::tool_use("Glob", serde_json::json!({"pattern": "*"})),
+        times: Some(usize::MAX),
+    });
+    h.fake.push(Rule {
+        when: Match::HasToolResult,
+        reply: Reply::tool_use("Glob", serde_json::json!({"pattern": "*"})),
+        times: Some(usize::MAX),
+    });
     h.fake.push(Rule {
         when: Match::Always,
         reply: Reply::text("ok"),
@@ -224,9 +235,20 @@ async fn a_host_cut_off_mid_turn_stops_and_another_takes_over_with_nothing_lost_
             wa.turn_end(&t1).await["action"]["type"],
             "chat/turnComplete"
         );
-        let t2 = wa.turn(&chat, "tell a long story").await;
-        wa.action("the story streaming", |x| {
-            x["action"]["turnId"] == t2.as_str() && x["action"]["type"] == "chat/responsePart"
+        // The long turn streams one long reply, or (odd reps) makes tool call after tool
+        // call, writing transcript lines all along.
+        let long = if rep % 2 == 1 {
+            "keep looking around"
+        } else {
+            "tell a long story"
+        };
+        let t2 = wa.turn(&chat, long).await;
+        wa.action("the long turn going", |x| {
+            x["action"]["turnId"] == t2.as_str()
+                && matches!(
+                    x["action"]["type"].as_str(),
+                    Some("chat/responsePart" | "chat/toolCallStart")
+                )
         })
         .await;
         // A random cut point within the first ~1.2 s of the stream; the link black-holed,
@@ -345,7 +367,7 @@ async fn a_host_cut_off_mid_turn_stops_and_another_takes_over_with_nothing_lost_
             "rep {rep}: the store holds B's copy, no more"
         );
         eprintln!(
-            "rep {rep} ({mode:?}): A stopped {} ms after the cut; {} entries stored, {} of A's lines kept out",
+            "rep {rep} ({long}, {mode:?}): A stopped {} ms after the cut; {} entries stored, {} of A's lines kept out",
             stopped.as_millis(),
             stored.len(),
             a_extra.len()
