@@ -38,6 +38,12 @@ enum Msg {
         file: PathBuf,
     },
     Flush(oneshot::Sender<()>),
+    /// Answered once the session's lines written so far are stored under its lease, or with
+    /// why they cannot be.
+    Stored {
+        session: String,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
     /// The lease a session's lines are written under (`Some(None)`: unleased by choice;
     /// `None`: none any more, its lines are no longer written).
     Lease {
@@ -144,6 +150,7 @@ impl Mirror {
             leases: HashMap::new(),
             tails: HashMap::new(),
             behind: BTreeSet::new(),
+            waiting: HashMap::new(),
             stats: stats.clone(),
         };
         tokio::spawn(worker.run(rx));
@@ -188,6 +195,21 @@ impl Mirror {
         });
     }
 
+    /// Returns once every line the session's transcripts hold now is stored under its lease
+    /// (retried while the store is unreachable), or with why it cannot be: the lease was lost,
+    /// given back or refused by the store. A turn is reported complete only after this.
+    pub async fn stored(&self, session: &str) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Stored {
+                session: session.to_owned(),
+                reply,
+            })
+            .map_err(|_| "the transcript mirror has stopped".to_owned())?;
+        rx.await
+            .map_err(|_| "the transcript mirror stopped before the lines were stored".to_owned())?
+    }
+
     /// Returns once every file reported before is stored to its end, or known to be behind.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
@@ -213,6 +235,8 @@ struct Worker {
     tails: HashMap<PathBuf, Tail>,
     /// Files with lines the store could not take yet.
     behind: BTreeSet<PathBuf>,
+    /// Sessions whose callers wait for their lines to be stored (their files are behind).
+    waiting: HashMap<String, Vec<oneshot::Sender<Result<(), String>>>>,
     stats: Arc<MirrorStats>,
 }
 
@@ -223,13 +247,20 @@ impl Worker {
             let msg = if self.behind.is_empty() {
                 rx.recv().await
             } else {
+                // A turn waits on a session behind: retry often, the lease bounds the wait.
+                let wait = if self.waiting.is_empty() {
+                    retry
+                } else {
+                    retry.min(Duration::from_millis(250))
+                };
                 tokio::select! {
                     m = rx.recv() => m,
-                    () = tokio::time::sleep(retry) => {
+                    () = tokio::time::sleep(wait) => {
                         let files: Vec<PathBuf> = self.behind.iter().cloned().collect();
                         for f in files {
                             self.sync(&f).await;
                         }
+                        self.answer_waiting();
                         retry = if self.behind.is_empty() {
                             Duration::from_millis(500)
                         } else {
@@ -250,6 +281,7 @@ impl Worker {
             // Frames that piled up are one read of each file and as few appends as possible.
             let mut changed = BTreeSet::new();
             let mut flushes = Vec::new();
+            let mut stores = Vec::new();
             let mut next = Some(first);
             while let Some(m) = next {
                 match m {
@@ -257,6 +289,7 @@ impl Worker {
                         changed.insert(file);
                     }
                     Msg::Flush(reply) => flushes.push(reply),
+                    Msg::Stored { session, reply } => stores.push((session, reply)),
                     Msg::Lease { session, fence } => {
                         // Lines reported before the change are written under the old lease.
                         for file in std::mem::take(&mut changed) {
@@ -266,7 +299,10 @@ impl Worker {
                             Some(f) => {
                                 self.leases.insert(session, f);
                             }
-                            None => self.drop_session(&session),
+                            None => self.drop_session(
+                                &session,
+                                "this host's lease on the session ended before its lines were stored",
+                            ),
                         }
                     }
                 }
@@ -279,15 +315,72 @@ impl Worker {
             for file in changed {
                 self.sync(&file).await;
             }
+            self.answer_waiting();
             for reply in flushes {
                 let _ = reply.send(());
+            }
+            for (session, reply) in stores {
+                self.store_session(&session, reply).await;
             }
         }
     }
 
-    /// Forgets a session's lease and files: nothing more of it is written.
-    fn drop_session(&mut self, session: &str) {
+    /// Stores what the session's files hold now, then answers (or, a file behind, keeps the
+    /// caller waiting for a retry or the end of the lease).
+    async fn store_session(&mut self, session: &str, reply: oneshot::Sender<Result<(), String>>) {
+        let files: Vec<PathBuf> = self
+            .tails
+            .iter()
+            .filter(|(_, t)| t.key.session_id == session)
+            .map(|(f, _)| f.clone())
+            .collect();
+        for f in files {
+            self.sync(&f).await;
+        }
+        if !self.leases.contains_key(session) {
+            let _ = reply.send(Err(
+                "this host holds no lease on the session; its lines cannot be stored".into(),
+            ));
+        } else if self.session_behind(session) {
+            self.waiting
+                .entry(session.to_owned())
+                .or_default()
+                .push(reply);
+        } else {
+            let _ = reply.send(Ok(()));
+        }
+    }
+
+    fn session_behind(&self, session: &str) -> bool {
+        self.behind.iter().any(|f| {
+            self.tails
+                .get(f)
+                .is_some_and(|t| t.key.session_id == session)
+        })
+    }
+
+    /// Answers the callers whose sessions are stored now.
+    fn answer_waiting(&mut self) {
+        let done: Vec<String> = self
+            .waiting
+            .keys()
+            .filter(|s| !self.session_behind(s))
+            .cloned()
+            .collect();
+        for s in done {
+            for reply in self.waiting.remove(&s).unwrap_or_default() {
+                let _ = reply.send(Ok(()));
+            }
+        }
+    }
+
+    /// Forgets a session's lease and files: nothing more of it is written; whoever waits for
+    /// its lines to be stored hears `why` they are not.
+    fn drop_session(&mut self, session: &str, why: &str) {
         self.leases.remove(session);
+        for reply in self.waiting.remove(session).unwrap_or_default() {
+            let _ = reply.send(Err(why.to_owned()));
+        }
         let files: Vec<PathBuf> = self
             .tails
             .iter()
@@ -337,7 +430,10 @@ impl Worker {
                 // Another host has the session: nothing more of it is written from here.
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(session = %key.session_id, %error, "the store refused the session's lines: this host's lease is not the current one");
-                self.drop_session(&key.session_id);
+                self.drop_session(
+                    &key.session_id,
+                    &format!("the session store refused its lines: {error}"),
+                );
             }
             Err(CopyError::Other(error)) => {
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);

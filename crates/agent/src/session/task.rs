@@ -243,6 +243,11 @@ pub(crate) enum Internal {
     },
     /// Move a waiting turn or the queue forward (from a handler that cannot await).
     Pump,
+    /// The mirror stored a completed turn's lines under the lease (or could not).
+    Stored {
+        turn_id: String,
+        result: Result<(), String>,
+    },
     /// Claude Code calls a client's tool (through the in-process MCP server).
     ClientTool {
         generation: u64,
@@ -391,6 +396,9 @@ struct ActiveTurn {
     /// idle, not at a `result` (the CLI may report one for the interrupted answer before the
     /// request that carries the steering message).
     steered: bool,
+    /// The turn's completion, held back until the mirror has stored its lines under the
+    /// session's lease (a shared store): a turn a client saw complete is on every host.
+    storing: Option<Vec<StateAction>>,
     done: Option<Done>,
 }
 

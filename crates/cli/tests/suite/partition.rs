@@ -692,3 +692,92 @@ async fn sessions_list_shows_the_holder_and_release_hands_the_session_over() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Whether the stored chain holds the user's `prompt` and an answer after it.
+fn stored_turn(pg: &PgCluster, db: &str, id: &str, prompt: &str) -> bool {
+    let stored = stored_entries(pg, db, id);
+    stored
+        .iter()
+        .position(|e| e["type"] == "user" && text_of(e).contains(prompt))
+        .is_some_and(|at| stored[at..].iter().any(|e| e["type"] == "assistant"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_is_reported_complete_only_once_it_is_stored() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = slow_host().await;
+    let a = node(&h, pg, &db).await;
+    let b = node(&h, pg, &db).await;
+    let mut wa = Ws::connect(a.port, TOKEN).await;
+    let (session, id, chat) = wa.new_session(&a.machine).await;
+    let t1 = wa.turn(&chat, "first: say ok").await;
+    assert_eq!(
+        wa.turn_end(&t1).await["action"]["type"],
+        "chat/turnComplete"
+    );
+
+    // A slow link (each write takes a few round trips of 100 ms) within the lease: the turn
+    // completes, and by then it is stored.
+    a.relay.set(Mode::Delay(Duration::from_millis(50)));
+    let t2 = wa.turn(&chat, "second: say ok").await;
+    let end = wa.turn_end(&t2).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    assert!(
+        stored_turn(pg, &db, &id, "second: say ok"),
+        "a turn reported complete is in the store"
+    );
+    a.relay.set(Mode::Pass);
+
+    // The link black-holed, then a short turn finishes on A: its lines cannot reach the
+    // store before A's lease runs out, so the client is told of an error, not a completion.
+    a.relay.set(Mode::BlackHole);
+    let cut = Instant::now();
+    let t3 = wa.turn(&chat, "third: say ok").await;
+    let end = wa.turn_end(&t3).await;
+    assert_eq!(end["action"]["type"], "chat/error", "{end}");
+    assert!(
+        cut.elapsed() <= LEASE + Duration::from_millis(700),
+        "the turn ended by A's deadline: {:?}",
+        cut.elapsed()
+    );
+
+    // B takes over once A's lease has run out: the turns A reported complete are there, the
+    // one it did not is not.
+    let mut wb = Ws::connect(b.port, TOKEN).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = wb
+            .request("subscribe", serde_json::json!({"channel": session}))
+            .await;
+        if r.get("error").is_none() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never free: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wb.ok("subscribe", serde_json::json!({"channel": chat}))
+        .await;
+    let t4 = wb.turn(&chat, "what did I ask?").await;
+    assert_eq!(
+        wb.turn_end(&t4).await["action"]["type"],
+        "chat/turnComplete"
+    );
+    let chain: Vec<String> = main_chain(&stored_entries(pg, &db, &id))
+        .iter()
+        .map(text_of)
+        .collect();
+    for want in ["first: say ok", "second: say ok", "what did I ask?"] {
+        assert!(
+            chain.iter().any(|t| t.contains(want)),
+            "{want:?} in B's history"
+        );
+    }
+    assert!(
+        !chain.iter().any(|t| t.contains("third: say ok")),
+        "the turn that was not stored is not in B's history"
+    );
+    a.relay.set(Mode::Pass);
+    until("A's relay passed on what it held", || a.relay.held() == 0).await;
+    database_settled(pg, &db).await;
+}
