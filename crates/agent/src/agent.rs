@@ -684,6 +684,7 @@ impl Agent {
                 .as_ref()
                 .map(|d| d.join("global.json")),
             stored: None,
+            stored_global: None,
         };
         SessionSpec {
             edits,
@@ -723,8 +724,37 @@ impl Agent {
                     mirror: m.clone(),
                     host: d.host.clone(),
                     fence: None,
+                    db: d.db.clone(),
                 }),
         }
+    }
+
+    /// The global customization decisions as the shared store keeps them (`None`: no shared
+    /// store, none stored yet, or it cannot be read: the host's file is used).
+    async fn shared_global_decisions(&self) -> Option<crate::customizations::Decisions> {
+        let d = self.config.durable.as_ref()?;
+        let read = tokio::time::timeout(
+            Duration::from_secs(2),
+            d.db.shared
+                .get_value(crate::customizations::GLOBAL_DECISIONS_KEY),
+        )
+        .await;
+        let json = match read {
+            Ok(Ok(v)) => v?,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the shared global customization decisions; using this host's");
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the database did not answer for the global customization decisions; using this host's"
+                );
+                return None;
+            }
+        };
+        serde_json::from_str(&json)
+            .map_err(|e| tracing::warn!(error = %e, "the shared global customization decisions are unreadable; using this host's"))
+            .ok()
     }
 
     /// The transcript mirror, when the host keeps sessions in a shared store.
@@ -1026,6 +1056,7 @@ impl Agent {
         );
         let mut spec = spec;
         let taken = self.take_lease(&id).await?;
+        spec.customs.stored_global = self.shared_global_decisions().await;
         if let Some(d) = &mut spec.durable {
             d.fence = taken.as_ref().map(|t| t.lease.fence());
         }
@@ -1229,6 +1260,7 @@ impl Agent {
             Some(self.config.idle_eviction),
         );
         spec.subagents = subagents;
+        spec.customs.stored_global = self.shared_global_decisions().await;
         if let Some(d) = &mut spec.durable {
             d.fence = fence;
             spec.customs.stored = record

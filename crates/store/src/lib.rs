@@ -132,6 +132,19 @@ pub trait Store: Send + Sync + 'static {
     async fn delete(&self, id: &str) -> Result<bool, StoreError>;
 }
 
+/// Values every host of a store shares, by key: what is not a session's own but must not
+/// differ by host (global customization decisions, per-day usage counts). Unfenced: no one
+/// host owns them; a key is written whole (the last write wins).
+#[async_trait]
+pub trait SharedValues: Send + Sync + 'static {
+    /// The value under `key`.
+    async fn get_value(&self, key: &str) -> Result<Option<String>, StoreError>;
+    /// Sets the value under `key`.
+    async fn put_value(&self, key: &str, value: &str) -> Result<(), StoreError>;
+    /// Every (key, value) whose key starts with `prefix`, by key.
+    async fn values_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
+}
+
 /// Schema migrations, applied in order; the index + 1 is the schema version.
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_sessions.sql"),
@@ -139,6 +152,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_transcripts_and_leases.sql"),
     include_str!("../migrations/0004_lease_epochs.sql"),
     include_str!("../migrations/0005_session_decisions.sql"),
+    include_str!("../migrations/0006_shared_values.sql"),
 ];
 
 /// PostgreSQL schema migrations, applied in order; the index + 1 is the schema version.
@@ -146,6 +160,7 @@ pub(crate) const PG_MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_schema.sql"),
     include_str!("../migrations/postgres/0002_lease_epochs.sql"),
     include_str!("../migrations/postgres/0003_session_decisions.sql"),
+    include_str!("../migrations/postgres/0004_shared_values.sql"),
 ];
 
 pub(crate) fn held(session_id: &str, holder: String, since: i64, expires: i64) -> StoreError {
@@ -379,6 +394,8 @@ pub struct Database {
     pub transcripts: Arc<dyn SessionStore>,
     /// Leases.
     pub leases: Arc<dyn Leases>,
+    /// Values the hosts share.
+    pub shared: Arc<dyn SharedValues>,
     /// Where it is, safe to print (no password).
     pub location: String,
 }
@@ -392,12 +409,16 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
-    fn from<T: Store + SessionStore + Leases>(store: T, location: String) -> Database {
+    fn from<T: Store + SessionStore + Leases + SharedValues>(
+        store: T,
+        location: String,
+    ) -> Database {
         let store = Arc::new(store);
         Database {
             metadata: store.clone(),
             transcripts: store.clone(),
-            leases: store,
+            leases: store.clone(),
+            shared: store,
             location,
         }
     }

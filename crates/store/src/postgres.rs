@@ -634,3 +634,49 @@ impl Leases for PgStore {
             .collect()
     }
 }
+
+#[async_trait]
+impl crate::SharedValues for PgStore {
+    async fn get_value(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT value FROM shared_values WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(q)?;
+        row.map(|r| r.try_get::<String, _>("value").map_err(q))
+            .transpose()
+    }
+
+    async fn put_value(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO shared_values (key, value, updated_at) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        )
+        .bind(key)
+        .bind(value)
+        .bind(claude_host_protocol::time::now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(q)?;
+        Ok(())
+    }
+
+    async fn values_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        // Not LIKE: a prefix may hold `%` or `_`.
+        let rows = sqlx::query(
+            "SELECT key, value FROM shared_values WHERE substr(key, 1, length($1)) = $1 ORDER BY key",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>("key").map_err(q)?,
+                    r.try_get::<String, _>("value").map_err(q)?,
+                ))
+            })
+            .collect()
+    }
+}

@@ -799,6 +799,7 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         dir: None,
         global: None,
         stored: None,
+        stored_global: None,
     };
     spawn(SessionSpec {
         customs,

@@ -357,6 +357,8 @@ pub(crate) struct SessionDurable {
     pub host: String,
     /// The lease the session's writes are made under (`None`: running unleased by choice).
     pub fence: Option<claude_host_store::Fence>,
+    /// The database (its shared values hold the global customization decisions).
+    pub db: claude_host_store::Database,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -781,3 +781,57 @@ async fn a_turn_is_reported_complete_only_once_it_is_stored() {
     until("A's relay passed on what it held", || a.relay.held() == 0).await;
     database_settled(pg, &db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_customization_decision_is_shared_by_every_host_of_the_store() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = slow_host().await;
+    let a = node(&h, pg, &db).await;
+    let b = node(&h, pg, &db).await;
+    let skill = a.machine.dir.path().join("work/.claude/skills/deploy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: deploy\ndescription: Deploys the thing\n---\nDeploy it.\n",
+    )
+    .unwrap();
+    let id_of_skill = "project:skill:deploy";
+    let mut wa = Ws::connect(a.port, TOKEN).await;
+    let (session, _, _) = wa.new_session(&a.machine).await;
+    snapshot_until(&mut wa, &session, "the skill discovered, on", |v| {
+        find_id(v, id_of_skill).is_some_and(|e| e["enabled"] != false)
+    })
+    .await;
+    wa.dispatch(
+        &session,
+        serde_json::json!({"type": "session/customizationToggled", "id": id_of_skill,
+            "enablement": [{"kind": "global", "enabled": false}]}),
+    )
+    .await;
+    let echo = wa
+        .action("the toggle's echo", |x| {
+            x["action"]["type"] == "session/customizationToggled"
+        })
+        .await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let name = db.rsplit('/').next().unwrap().to_owned();
+    until("the global decision is in the store", || {
+        pg.psql(
+            &name,
+            "SELECT COALESCE(MAX(value), '') FROM shared_values WHERE key = 'customizations/global'",
+        )
+        .unwrap()
+        .contains(id_of_skill)
+    })
+    .await;
+
+    // A new session on B (another host, which never decided anything: its own decisions file
+    // holds nothing) has the skill off too.
+    let mut wb = Ws::connect(b.port, TOKEN).await;
+    let (other, _, _) = wb.new_session(&a.machine).await;
+    snapshot_until(&mut wb, &other, "the skill, off on B", |v| {
+        turned_off_here(v, id_of_skill)
+    })
+    .await;
+}

@@ -447,3 +447,44 @@ async fn metadata_round_trips_with_its_host() {
         assert!(db.metadata.delete("m").await.unwrap());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_values_are_set_whole_and_listed_by_a_literal_prefix() {
+    let (_dir, dbs) = backends().await;
+    for (name, db) in dbs {
+        let s = &db.shared;
+        assert_eq!(
+            s.get_value("customizations/global").await.unwrap(),
+            None,
+            "{name}"
+        );
+        s.put_value("customizations/global", "{\"a\":1}")
+            .await
+            .unwrap();
+        s.put_value("customizations/global", "{\"b\":2}")
+            .await
+            .unwrap();
+        assert_eq!(
+            s.get_value("customizations/global")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("{\"b\":2}"),
+            "{name}: the last write wins"
+        );
+        s.put_value("usage/2026-11-28/h1", "1").await.unwrap();
+        s.put_value("usage/2026-11-28/h2", "2").await.unwrap();
+        s.put_value("usage/2026-11-29/h1", "3").await.unwrap();
+        // `_` and `%` are no wildcards.
+        s.put_value("usageX2026-11-28/h3", "4").await.unwrap();
+        assert_eq!(
+            s.values_under("usage/2026-11-28/").await.unwrap(),
+            vec![
+                ("usage/2026-11-28/h1".to_owned(), "1".to_owned()),
+                ("usage/2026-11-28/h2".to_owned(), "2".to_owned())
+            ],
+            "{name}"
+        );
+        assert_eq!(s.values_under("usage_").await.unwrap(), vec![], "{name}");
+    }
+}

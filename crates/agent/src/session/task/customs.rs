@@ -29,6 +29,9 @@ pub(crate) struct CustomsSpec {
     /// The session's decisions as the shared store keeps them (they win over the file: the
     /// session may have moved here from another host).
     pub stored: Option<Decisions>,
+    /// The global decisions as the shared store keeps them (they win over the host's file:
+    /// every host of the store shares them).
+    pub stored_global: Option<Decisions>,
 }
 
 /// The task's part of it.
@@ -62,11 +65,12 @@ impl Customs {
                 .map(|d| Decisions::load(&d.join("decisions.json")))
                 .unwrap_or_default()
         });
-        let global = spec
-            .global
-            .as_ref()
-            .map(|g| Decisions::load(g))
-            .unwrap_or_default();
+        let global = spec.stored_global.clone().unwrap_or_else(|| {
+            spec.global
+                .as_ref()
+                .map(|g| Decisions::load(g))
+                .unwrap_or_default()
+        });
         Customs {
             spec,
             discovered: Discovered::default(),
@@ -351,6 +355,25 @@ impl Task {
             && let Err(e) = self.customs.global.save(g)
         {
             tracing::warn!(error = %e, "global customization decisions not saved");
+        }
+        // Every host of a shared store uses the same global decisions.
+        if let Some(d) = &self.durable {
+            match serde_json::to_string(&self.customs.global) {
+                Ok(json) => {
+                    let shared = d.db.shared.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = shared
+                            .put_value(crate::customizations::GLOBAL_DECISIONS_KEY, &json)
+                            .await
+                        {
+                            tracing::warn!(error = %e, "global customization decisions not saved in the shared store");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "global customization decisions not serialisable")
+                }
+            }
         }
     }
 
