@@ -491,6 +491,9 @@ pub(crate) async fn build_agent(
     config.shutdown_grace = std::time::Duration::from_secs(ctx.opts.shutdown_grace_secs);
     config.small_model.clone_from(&ctx.opts.small_model);
     config.subagent_model.clone_from(&ctx.opts.subagent_model);
+    if let Some(db) = &db {
+        usage.share(db, &host_name());
+    }
     if ctx.opts.allow_unleased
         && let Some(db) = &db
     {

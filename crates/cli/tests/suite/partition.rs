@@ -835,3 +835,38 @@ async fn a_global_customization_decision_is_shared_by_every_host_of_the_store() 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_days_usage_counts_of_every_host_are_in_the_shared_store() {
+    let pg = PgCluster::shared();
+    let db = pg.create_database().unwrap();
+    let h = slow_host().await;
+    let a = node(&h, pg, &db).await;
+    let b = node(&h, pg, &db).await;
+    for n in [&a, &b] {
+        let mut w = Ws::connect(n.port, TOKEN).await;
+        let (_, _, chat) = w.new_session(&n.machine).await;
+        let t = w.turn(&chat, "first: say ok").await;
+        assert_eq!(w.turn_end(&t).await["action"]["type"], "chat/turnComplete");
+    }
+    let made = h.fake.message_requests().len();
+    assert!(made >= 2, "both hosts called the model");
+    // A machine that ran nothing sees both hosts' calls in the store.
+    let c = Machine::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut cmd = c.cmd(&h, &db);
+        cmd.args(["status", "--json"]);
+        let out = tokio::task::spawn_blocking(move || run(cmd)).await.unwrap();
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        if v["today"]["requests"] == made {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "today's requests never {made}: {}",
+            v["today"]
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
