@@ -2,7 +2,8 @@
 //!
 //! Sessions run with `--session-mirror`: Claude Code writes each transcript line to its local
 //! file and then reports it in a `transcript_mirror` frame. A session task hands those frames
-//! to the one [`Mirror`] task of the agent and goes on (the store is never on a turn's path).
+//! to the one [`Mirror`] task of the agent and goes on: the store is on a turn's path only at
+//! its end, where a leased session's completion waits for [`Mirror::stored`].
 //! The mirror task copies the file's new lines from where it last stopped, so the store holds
 //! exactly the file's lines, in order — also the ones Claude Code writes without reporting them
 //! (the `cost-state` it writes as it exits) — except its request-replay cache

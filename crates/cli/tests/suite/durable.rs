@@ -497,7 +497,7 @@ pub(crate) fn uuid() -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_restarted_mid_turn_the_turn_completes_and_the_store_catches_up() {
+async fn postgres_restarted_mid_turn_the_turn_completes_once_the_store_has_caught_up() {
     // A cluster of its own: this test stops it.
     let pg = PgCluster::start().unwrap();
     let db = pg.create_database().unwrap();
@@ -532,16 +532,31 @@ async fn postgres_restarted_mid_turn_the_turn_completes_and_the_store_catches_up
             "toolCallId": ready["action"]["toolCallId"], "approved": true, "confirmed": "user-action"}),
     )
     .await;
+    // The turn goes on while the database is down; its completion waits for the store.
+    let made = a.dir.path().join("work/made.txt");
+    until("the tool ran", || made.exists()).await;
+    pg.resume().unwrap();
     let end = w.turn_end(&turn).await;
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
-    assert!(a.dir.path().join("work/made.txt").exists());
-    pg.resume().unwrap();
+    // Reported complete only once stored: the turn's answer is in the store already.
+    let after = stored(&pg, &db, &id);
+    assert!(after > stored_before);
+    let name = db.rsplit('/').next().unwrap();
+    let answer = pg
+        .psql(
+            name,
+            &format!("SELECT COUNT(*) FROM transcript_entries WHERE session_id = '{id}' AND entry::text LIKE '%Made it.%'"),
+        )
+        .unwrap();
+    assert_ne!(
+        answer, "0",
+        "the turn's answer was stored before the turn completed"
+    );
     let file = a.transcripts().pop().unwrap();
     until("the store catches up with the local file", || {
         stored(&pg, &db, &id) == lines(&file)
     })
     .await;
-    assert!(stored(&pg, &db, &id) > stored_before);
     super::serve::stop(&mut serve_a.0);
 }
 
