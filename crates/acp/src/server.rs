@@ -119,6 +119,28 @@ fn internal(reason: impl Into<String>) -> Error {
     Error::internal_error().data(Value::String(reason.into()))
 }
 
+/// An agent error in ACP's shape: a session another host holds, or whose lease cannot be
+/// taken, says so with who holds it (or which database) in `data`.
+fn agent_error(e: claude_host_agent::AgentError) -> Error {
+    use claude_host_agent::AgentError;
+    match &e {
+        AgentError::Held {
+            holder,
+            since,
+            expires,
+            ..
+        } => Error::internal_error().data(serde_json::json!({
+            "message": e.to_string(), "heldBy": holder, "since": since, "expires": expires
+        })),
+        AgentError::LeaseUnavailable { database, .. } => {
+            Error::internal_error().data(serde_json::json!({
+                "message": e.to_string(), "leaseUnavailable": true, "database": database
+            }))
+        }
+        _ => internal(e.to_string()),
+    }
+}
+
 fn session_error(e: &ChatSessionError) -> Error {
     match e {
         ChatSessionError::Refused(r) => invalid(r.clone()),
@@ -335,7 +357,7 @@ impl Server {
                     ..Default::default()
                 })
                 .await
-                .map_err(|e| internal(e.to_string()))?;
+                .map_err(agent_error)?;
             let config = self.attach(&handle, &req.mcp_servers, &cx, false).await?;
             Ok((handle, config))
         }
@@ -382,7 +404,7 @@ impl Server {
             claude_host_agent::AgentError::UnknownSession(_) => {
                 invalid(format!("unknown session {id}"))
             }
-            other => internal(other.to_string()),
+            other => agent_error(other),
         })?;
         self.attach(&handle, &mcp, &cx, replay).await
     }

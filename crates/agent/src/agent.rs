@@ -77,6 +77,19 @@ pub enum AgentError {
         /// When the lease runs out unless renewed (RFC 3339).
         expires: String,
     },
+    /// The session's lease cannot be taken (the database cannot be reached): the session is
+    /// not driven without one unless the host runs with `allow_unleased`.
+    #[error(
+        "session {session_id} cannot be opened: its lease cannot be taken in the session database {database} ({message}); nothing else may drive it meanwhile, so it is refused (run the host with --allow-unleased to drive sessions without a lease)"
+    )]
+    LeaseUnavailable {
+        /// The session.
+        session_id: String,
+        /// The database (no password).
+        database: String,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Sessions kept in a shared store (PostgreSQL, or a SQLite file given by URL): transcripts
@@ -89,8 +102,12 @@ pub struct Durable {
     /// This host's name in leases and listings (unique per running host).
     pub host: String,
     /// How long a lease lasts without renewal (renewed at a third of it while the session is
-    /// open).
+    /// open). A host that has not renewed it within this time, by its own clock, stops
+    /// driving the session.
     pub lease_ttl: Duration,
+    /// Drive a session without a lease when the database cannot be reached to take one
+    /// (opt-in: two hosts may then drive it at once). Off: such a session is refused.
+    pub allow_unleased: bool,
 }
 
 /// How the agent runs sessions.
@@ -141,6 +158,9 @@ pub struct AgentConfig {
     pub keeper: Option<Arc<claude_host_sdk::Keeper>>,
     /// Where the agent's counters go (CLI starts, crashes, idle stops); `None`: not counted.
     pub meter: Option<opentelemetry::metrics::Meter>,
+    /// How long [`Agent::shutdown`] lets running turns finish before it cancels them (then
+    /// the transcripts are flushed to the shared store and the leases given back).
+    pub shutdown_grace: Duration,
     /// The model of Claude Code's small/fast calls (`None`: one the plan includes, when it
     /// has one; else Claude Code's own choice).
     pub small_model: Option<String>,
@@ -167,6 +187,7 @@ impl AgentConfig {
             customizations_dir: None,
             keeper: None,
             meter: None,
+            shutdown_grace: Duration::from_secs(10),
             cli_idle: Some(Duration::from_secs(300)),
             warm_up: true,
             small_model: None,
@@ -244,6 +265,20 @@ fn changeset_of(uri: &str) -> Option<(&str, crate::edits::Scope)> {
     crate::session::scope_of(session, uri).map(|scope| (session, scope))
 }
 
+/// Whether two transcript lines are the same entry (byte-equal, or equal as JSON: a store
+/// may keep a line's text with other spacing).
+fn same_entry(a: &str, b: &str) -> bool {
+    a == b
+        || serde_json::from_str::<serde_json::Value>(a).ok()
+            == serde_json::from_str::<serde_json::Value>(b).ok()
+}
+
+/// A lease this host took, and when it asked for it (its deadline counts from then).
+struct TakenLease {
+    lease: claude_host_store::Lease,
+    asked: tokio::time::Instant,
+}
+
 #[derive(Default)]
 struct Registry {
     by_id: HashMap<String, SessionHandle>,
@@ -296,6 +331,12 @@ pub struct Agent {
     // The sessions' folders, indexed for `@` completions (one index per folder, shared).
     file_indexes: crate::file_index::FileIndexes,
     meters: Option<crate::meters::CliMeters>,
+    // Sessions driven without a lease (`allow_unleased`), for `status`.
+    unleased: AtomicUsize,
+    // Each open session's lease keeper (renews, then flushes and releases as it closes).
+    lease_jobs: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    // Set as a shutdown begins: no session is created or opened from then on.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Agent {
@@ -340,6 +381,9 @@ impl Agent {
             shut_down: tokio::sync::OnceCell::new(),
             file_indexes: crate::file_index::FileIndexes::default(),
             meters,
+            unleased: AtomicUsize::new(0),
+            lease_jobs: Mutex::new(Vec::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -641,6 +685,8 @@ impl Agent {
                 .customizations_dir
                 .as_ref()
                 .map(|d| d.join("global.json")),
+            stored: None,
+            stored_global: None,
         };
         SessionSpec {
             edits,
@@ -679,8 +725,38 @@ impl Agent {
                 .map(|(d, m)| crate::session::SessionDurable {
                     mirror: m.clone(),
                     host: d.host.clone(),
+                    fence: None,
+                    db: d.db.clone(),
                 }),
         }
+    }
+
+    /// The global customization decisions as the shared store keeps them (`None`: no shared
+    /// store, none stored yet, or it cannot be read: the host's file is used).
+    async fn shared_global_decisions(&self) -> Option<crate::customizations::Decisions> {
+        let d = self.config.durable.as_ref()?;
+        let read = tokio::time::timeout(
+            Duration::from_secs(2),
+            d.db.shared
+                .get_value(crate::customizations::GLOBAL_DECISIONS_KEY),
+        )
+        .await;
+        let json = match read {
+            Ok(Ok(v)) => v?,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the shared global customization decisions; using this host's");
+                return None;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the database did not answer for the global customization decisions; using this host's"
+                );
+                return None;
+            }
+        };
+        serde_json::from_str(&json)
+            .map_err(|e| tracing::warn!(error = %e, "the shared global customization decisions are unreadable; using this host's"))
+            .ok()
     }
 
     /// The transcript mirror, when the host keeps sessions in a shared store.
@@ -688,15 +764,32 @@ impl Agent {
         self.mirror.as_ref()
     }
 
-    /// Takes the session's lease for this host, or says who holds it. A store that cannot be
-    /// reached does not stop the session (logged): the lease guards against two drivers, not
-    /// against the database being down.
-    async fn take_lease(&self, id: &str) -> Result<(), AgentError> {
+    /// Takes the session's lease for this host, or says who holds it; the lease taken (with
+    /// the instant it was asked for, from which this host counts its deadline), or `None`
+    /// when the host keeps no shared store, or runs unleased by choice and the database
+    /// cannot be reached.
+    async fn take_lease(&self, id: &str) -> Result<Option<TakenLease>, AgentError> {
         let Some(d) = &self.config.durable else {
-            return Ok(());
+            return Ok(None);
         };
-        match d.db.leases.acquire(id, &d.host, d.lease_ttl).await {
-            Ok(_) => Ok(()),
+        let asked = tokio::time::Instant::now();
+        let taken =
+            tokio::time::timeout(d.lease_ttl, d.db.leases.acquire(id, &d.host, d.lease_ttl))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(claude_host_store::StoreError::Query(format!(
+                        "no answer within the lease time ({} ms)",
+                        d.lease_ttl.as_millis()
+                    )))
+                });
+        match taken {
+            Ok(lease) => {
+                tracing::info!(session = %id, epoch = lease.epoch, "took the session's lease");
+                if let Some(m) = &self.mirror {
+                    m.lease(id, Some(lease.fence()));
+                }
+                Ok(Some(TakenLease { lease, asked }))
+            }
             Err(claude_host_store::StoreError::Held {
                 session_id,
                 holder,
@@ -711,42 +804,116 @@ impl Agent {
                     expires,
                 })
             }
+            Err(e) if d.allow_unleased => {
+                tracing::warn!(session = %id, error = %e, database = %d.db.location, "cannot take the session's lease; driving it unleased (--allow-unleased)");
+                self.unleased.fetch_add(1, Ordering::SeqCst);
+                if let Some(m) = &self.mirror {
+                    m.lease(id, None);
+                }
+                Ok(None)
+            }
             Err(e) => {
-                tracing::warn!(session = %id, error = %e, "cannot take the session's lease; going on without it");
-                Ok(())
+                tracing::error!(session = %id, error = %e, database = %d.db.location, "cannot take the session's lease; refused");
+                Err(AgentError::LeaseUnavailable {
+                    session_id: id.to_owned(),
+                    database: d.db.location.clone(),
+                    message: e.to_string(),
+                })
             }
         }
     }
 
-    /// Renews the lease of a live session until it closes, then gives it up.
-    fn keep_lease(&self, handle: &SessionHandle) {
-        let Some(d) = self.config.durable.clone() else {
+    /// How many sessions this host has driven without a lease (`--allow-unleased`).
+    pub fn unleased_sessions(&self) -> usize {
+        self.unleased.load(Ordering::SeqCst)
+    }
+
+    /// Renews the lease of a live session until it closes, then flushes its transcript and
+    /// gives the lease up. A lease not renewed by its deadline (counted on this host's clock
+    /// from when it was asked for), or taken by another host, stops the session here.
+    fn keep_lease(&self, handle: &SessionHandle, taken: Option<TakenLease>) {
+        let (Some(d), Some(TakenLease { lease, asked })) = (self.config.durable.clone(), taken)
+        else {
             return;
         };
         let handle = handle.clone();
-        tokio::spawn(async move {
+        let mirror = self.mirror.clone();
+        let job = tokio::spawn(async move {
             let id = handle.id().to_owned();
+            let fence = lease.fence();
             let every = (d.lease_ttl / 3).max(Duration::from_millis(100));
-            loop {
+            let retry = (d.lease_ttl / 10).max(Duration::from_millis(50));
+            let mut deadline = asked + d.lease_ttl;
+            let mut next = tokio::time::Instant::now() + every;
+            let lost = loop {
                 tokio::select! {
-                    () = handle.closed() => break,
-                    () = tokio::time::sleep(every) => {
-                        match d.db.leases.acquire(&id, &d.host, d.lease_ttl).await {
-                            Ok(_) => {}
-                            Err(claude_host_store::StoreError::Held { holder, .. }) => {
-                                tracing::error!(session = %id, %holder, "another host took the session's lease (this host could not renew it in time); closing the session here");
-                                handle.close().await;
-                                return;
+                    () = handle.closed() => break None,
+                    () = tokio::time::sleep_until(next.min(deadline)) => {
+                        if tokio::time::Instant::now() >= deadline {
+                            break Some(format!("this host could not renew its lease on the session in time (the database did not answer); it may be driven elsewhere now (lease epoch {})", fence.epoch));
+                        }
+                        let sent = tokio::time::Instant::now();
+                        let renewed = tokio::time::timeout_at(deadline, d.db.leases.renew(&id, &fence, d.lease_ttl)).await;
+                        match renewed {
+                            Ok(Ok(_)) => {
+                                deadline = sent + d.lease_ttl;
+                                next = sent + every;
                             }
-                            Err(e) => tracing::warn!(session = %id, error = %e, "cannot renew the session's lease"),
+                            Ok(Err(claude_host_store::StoreError::Held { holder, since, .. })) => {
+                                break Some(format!("the session is held by {holder} since {since}; this host's lease ran out and it stopped driving the session"));
+                            }
+                            Ok(Err(e @ claude_host_store::StoreError::Fenced { .. })) => {
+                                break Some(format!("this host's lease on the session is no longer valid ({e}); it stopped driving the session"));
+                            }
+                            Ok(Err(e)) => {
+                                tracing::warn!(session = %id, error = %e, "cannot renew the session's lease; retrying until it runs out");
+                                next = tokio::time::Instant::now() + retry;
+                            }
+                            Err(_) => {
+                                break Some(format!("this host could not renew its lease on the session in time (the database did not answer); it may be driven elsewhere now (lease epoch {})", fence.epoch));
+                            }
+                        }
+                    }
+                }
+            };
+            match lost {
+                Some(message) => {
+                    // Nothing more of the session is written from here, then it stops.
+                    if let Some(m) = &mirror {
+                        m.forget(&id);
+                    }
+                    handle.lease_lost(message).await;
+                }
+                None => {
+                    // What its CLI wrote last reaches the store under this lease, then the
+                    // lease is given back (bounded by the lease: past it the writes would be
+                    // refused anyway).
+                    if let Some(m) = &mirror {
+                        let _ = tokio::time::timeout_at(deadline, m.flush()).await;
+                        m.forget(&id);
+                    }
+                    match tokio::time::timeout(
+                        Duration::from_secs(5),
+                        d.db.leases.release(&id, &fence),
+                    )
+                    .await
+                    {
+                        Ok(Ok(())) => {
+                            tracing::info!(session = %id, epoch = fence.epoch, "gave the session's lease back")
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(session = %id, error = %e, "cannot release the session's lease; it runs out by itself")
+                        }
+                        Err(_) => {
+                            tracing::warn!(session = %id, "the database did not answer the lease's release; it runs out by itself")
                         }
                     }
                 }
             }
-            if let Err(e) = d.db.leases.release(&id, &d.host).await {
-                tracing::warn!(session = %id, error = %e, "cannot release the session's lease; it runs out by itself");
-            }
         });
+        let mut jobs = lock(&self.lease_jobs);
+        jobs.retain(|j| !j.is_finished());
+        jobs.push(job);
     }
 
     /// Brings a session's transcript from the shared store into the CLI's projects folder when
@@ -779,18 +946,27 @@ impl Agent {
         let local = tokio::task::spawn_blocking(move || crate::mirror::mirrored_lines(&local_path))
             .await
             .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?
-            .len() as u64;
-        if local > stored {
-            if let Some(m) = &self.mirror {
+            .map_err(|e| e.to_string())?;
+        let stored_lines = t.load(&main).await.map_err(|e| e.to_string())?;
+        let lines = stored_lines.as_deref().unwrap_or_default();
+        // This host's copy may go on from the store's (the store was down while it ran): it
+        // is caught up. A copy that differs from the store's within what both have holds
+        // lines written under a lease that was lost (the session went on elsewhere): the
+        // store's copy is the session, and replaces it.
+        let same_prefix =
+            local.len() >= lines.len() && local.iter().zip(lines).all(|(a, b)| same_entry(a, b));
+        if same_prefix {
+            if local.len() as u64 > stored
+                && let Some(m) = &self.mirror
+            {
                 m.catch_up(path);
             }
             return Ok(());
         }
-        if local == stored {
-            return Ok(());
+        if !local.is_empty() {
+            tracing::warn!(session = %id, local = local.len(), stored, "this host's copy of the session differs from the shared store's (lines written after its lease was lost); the store's copy replaces it");
         }
-        let mut files = vec![(path, t.load(&main).await.map_err(|e| e.to_string())?)];
+        let mut files = vec![(path, stored_lines)];
         for sub in t
             .list_subkeys(&project, id)
             .await
@@ -823,7 +999,7 @@ impl Agent {
 
     /// Creates a session: provisional (no process, nothing written) unless `warm`.
     pub async fn create_session(&self, new: NewSession) -> Result<SessionHandle, AgentError> {
-        if self.shut_down.initialized() {
+        if self.shut_down.initialized() || self.stopping.load(Ordering::SeqCst) {
             return Err(AgentError::ShutDown);
         }
         if !self.models.is_authenticated() {
@@ -880,7 +1056,12 @@ impl Agent {
             },
             None,
         );
-        self.take_lease(&id).await?;
+        let mut spec = spec;
+        let taken = self.take_lease(&id).await?;
+        spec.customs.stored_global = self.shared_global_decisions().await;
+        if let Some(d) = &mut spec.durable {
+            d.fence = taken.as_ref().map(|t| t.lease.fence());
+        }
         let handle = {
             let mut reg = lock(&self.registry);
             if reg.by_id.contains_key(&id) {
@@ -890,7 +1071,7 @@ impl Agent {
             reg.insert(handle.clone());
             handle
         };
-        self.keep_lease(&handle);
+        self.keep_lease(&handle, taken);
         let now = now_rfc3339();
         let _ = self
             .notices
@@ -971,21 +1152,25 @@ impl Agent {
         if let Some(s) = self.session(id) {
             return Ok(s);
         }
-        if self.shut_down.initialized() {
+        if self.shut_down.initialized() || self.stopping.load(Ordering::SeqCst) {
             return Err(AgentError::ShutDown);
         }
         if uuid::Uuid::parse_str(id).is_err() {
             return Err(AgentError::UnknownSession(id.to_owned()));
         }
-        self.take_lease(id).await?;
+        let taken = self.take_lease(id).await?;
         self.materialize(id).await;
-        let opened = self.restore(id).await;
+        let fence = taken.as_ref().map(|t| t.lease.fence());
+        let opened = self.restore(id, fence.clone()).await;
         match &opened {
-            Ok(handle) => self.keep_lease(handle),
+            Ok(handle) => self.keep_lease(handle, taken),
             Err(_) => {
-                if let Some(d) = &self.config.durable
+                if let Some(m) = &self.mirror {
+                    m.forget(id);
+                }
+                if let (Some(d), Some(fence)) = (&self.config.durable, &fence)
                     && self.session(id).is_none()
-                    && let Err(e) = d.db.leases.release(id, &d.host).await
+                    && let Err(e) = d.db.leases.release(id, fence).await
                 {
                     tracing::debug!(session = %id, error = %e, "cannot release the lease");
                 }
@@ -994,7 +1179,11 @@ impl Agent {
         opened
     }
 
-    async fn restore(&self, id: &str) -> Result<SessionHandle, AgentError> {
+    async fn restore(
+        &self,
+        id: &str,
+        fence: Option<claude_host_store::Fence>,
+    ) -> Result<SessionHandle, AgentError> {
         let config = self
             .config_dir()
             .ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?;
@@ -1073,6 +1262,18 @@ impl Agent {
             Some(self.config.idle_eviction),
         );
         spec.subagents = subagents;
+        spec.customs.stored_global = self.shared_global_decisions().await;
+        if let Some(d) = &mut spec.durable {
+            d.fence = fence;
+            spec.customs.stored = record
+                .as_ref()
+                .and_then(|r| r.decisions.as_deref())
+                .and_then(|j| {
+                    serde_json::from_str(j)
+                        .map_err(|e| tracing::warn!(session = %id, error = %e, "the stored customization decisions are unreadable; using this host's"))
+                        .ok()
+                });
+        }
         if let Some(u) = &uncut_warm_up {
             tracing::info!(session = %id, warm_up = %u, "the transcript ends in a warm-up turn that was not cut; the next CLI resumes before it");
         }
@@ -1175,12 +1376,33 @@ impl Agent {
     pub async fn shutdown(&self) {
         self.shut_down
             .get_or_init(|| async {
+                self.stopping.store(true, Ordering::SeqCst);
+                // Running turns may finish (bounded); what still runs then is cancelled by
+                // the close below.
+                let running: Vec<SessionHandle> = self
+                    .live_sessions()
+                    .into_iter()
+                    .filter(|s| s.status().turn.is_some())
+                    .collect();
+                if !running.is_empty() {
+                    tracing::info!(sessions = running.len(), grace = ?self.config.shutdown_grace, "letting running turns finish before stopping");
+                    let all = async {
+                        for s in &running {
+                            s.wait_idle().await;
+                        }
+                    };
+                    if tokio::time::timeout(self.config.shutdown_grace, all)
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!("turns still running after the grace period are cancelled");
+                    }
+                }
                 let sessions: Vec<SessionHandle> = {
                     let mut reg = lock(&self.registry);
                     reg.by_uri.clear();
                     reg.by_id.drain().map(|(_, s)| s).collect()
                 };
-                let ids: Vec<String> = sessions.iter().map(|s| s.id().to_owned()).collect();
                 let mut closing = tokio::task::JoinSet::new();
                 for s in sessions {
                     closing.spawn(async move { s.close().await });
@@ -1188,8 +1410,25 @@ impl Agent {
                 while closing.join_next().await.is_some() {}
                 // Children die before the proxy they talk to.
                 self.models.shutdown().await;
-                // What the CLIs wrote last reaches the shared store (bounded: a database that
-                // does not answer is caught up from the local files by the next host run).
+                // Each session's lease keeper saw it close: it flushes what the CLI wrote last
+                // into the shared store under the session's lease, then gives the lease back
+                // (bounded by the lease: a database that does not answer gets neither, and the
+                // lease runs out by itself).
+                let jobs: Vec<_> = std::mem::take(&mut *lock(&self.lease_jobs));
+                let bound = self
+                    .config
+                    .durable
+                    .as_ref()
+                    .map_or(Duration::ZERO, |d| d.lease_ttl + Duration::from_secs(5));
+                let all = async {
+                    for j in jobs {
+                        let _ = j.await;
+                    }
+                };
+                if tokio::time::timeout(bound, all).await.is_err()
+                {
+                    tracing::warn!("the session store did not take the last transcript lines or lease releases in time; the leases run out by themselves");
+                }
                 if let Some(m) = &self.mirror
                     && tokio::time::timeout(Duration::from_secs(10), m.flush())
                         .await
@@ -1197,11 +1436,7 @@ impl Agent {
                 {
                     tracing::warn!("the session store did not take the last transcript lines in time; they stay in the local files");
                 }
-                if let Some(d) = &self.config.durable {
-                    for id in ids {
-                        let _ = d.db.leases.release(&id, &d.host).await;
-                    }
-                }
+
             })
             .await;
     }

@@ -165,6 +165,7 @@ mod tests {
             archived: true,
             read: true,
             host: None,
+            decisions: None,
         };
         let live = Live {
             id: "b".into(),

@@ -2,18 +2,25 @@
 //!
 //! Sessions run with `--session-mirror`: Claude Code writes each transcript line to its local
 //! file and then reports it in a `transcript_mirror` frame. A session task hands those frames
-//! to the one [`Mirror`] task of the agent and goes on (the store is never on a turn's path).
+//! to the one [`Mirror`] task of the agent and goes on: the store is on a turn's path only at
+//! its end, where a leased session's completion waits for [`Mirror::stored`].
 //! The mirror task copies the file's new lines from where it last stopped, so the store holds
 //! exactly the file's lines, in order — also the ones Claude Code writes without reporting them
 //! (the `cost-state` it writes as it exits) — except its request-replay cache
 //! (`api-request*` lines: large, and of no use on another machine).
+//!
+//! Every append is made under the session's lease ([`Mirror::lease`]): the store refuses it
+//! in the same transaction when another host has taken the session over, or the lease ran
+//! out. A session the mirror has no lease for (its lease was lost, or it closed) is not
+//! written at all: its remaining lines stay in the local file, which the store's copy
+//! replaces when the session is opened again.
 //!
 //! When an append fails (the database is down, a timeout), the file is retried from the same
 //! place later, with back-off; the session goes on meanwhile. A failed append is never taken
 //! for done, and a position is derived from the store's own count, so a batch that committed
 //! without the host hearing of it is not stored twice.
 
-use claude_host_store::{SessionStore, TranscriptKey};
+use claude_host_store::{Fence, SessionStore, StoreError, TranscriptKey};
 use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -28,8 +35,22 @@ const BATCH_ENTRIES: usize = 500;
 const APPEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 enum Msg {
-    Changed { file: PathBuf },
+    Changed {
+        file: PathBuf,
+    },
     Flush(oneshot::Sender<()>),
+    /// Answered once the session's lines written so far are stored under its lease, or with
+    /// why they cannot be.
+    Stored {
+        session: String,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// The lease a session's lines are written under (`Some(None)`: unleased by choice;
+    /// `None`: none any more, its lines are no longer written).
+    Lease {
+        session: String,
+        fence: Option<Option<Fence>>,
+    },
 }
 
 /// Counters of the mirror (logs and `status`).
@@ -127,8 +148,10 @@ impl Mirror {
         let worker = Worker {
             store,
             projects,
+            leases: HashMap::new(),
             tails: HashMap::new(),
             behind: BTreeSet::new(),
+            waiting: HashMap::new(),
             stats: stats.clone(),
         };
         tokio::spawn(worker.run(rx));
@@ -157,6 +180,37 @@ impl Mirror {
         let _ = self.tx.send(Msg::Changed { file });
     }
 
+    /// Writes the session's lines under `fence` from now on (`None`: unleased, by choice).
+    pub fn lease(&self, session: &str, fence: Option<Fence>) {
+        let _ = self.tx.send(Msg::Lease {
+            session: session.to_owned(),
+            fence: Some(fence),
+        });
+    }
+
+    /// Stops writing the session's lines (its lease was lost or given back).
+    pub fn forget(&self, session: &str) {
+        let _ = self.tx.send(Msg::Lease {
+            session: session.to_owned(),
+            fence: None,
+        });
+    }
+
+    /// Returns once every line the session's transcripts hold now is stored under its lease
+    /// (retried while the store is unreachable), or with why it cannot be: the lease was lost,
+    /// given back or refused by the store. A turn is reported complete only after this.
+    pub async fn stored(&self, session: &str) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Stored {
+                session: session.to_owned(),
+                reply,
+            })
+            .map_err(|_| "the transcript mirror has stopped".to_owned())?;
+        rx.await
+            .map_err(|_| "the transcript mirror stopped before the lines were stored".to_owned())?
+    }
+
     /// Returns once every file reported before is stored to its end, or known to be behind.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
@@ -177,9 +231,13 @@ struct Tail {
 struct Worker {
     store: Arc<dyn SessionStore>,
     projects: PathBuf,
+    /// The lease each session's lines are written under; a session not here is not written.
+    leases: HashMap<String, Option<Fence>>,
     tails: HashMap<PathBuf, Tail>,
     /// Files with lines the store could not take yet.
     behind: BTreeSet<PathBuf>,
+    /// Sessions whose callers wait for their lines to be stored (their files are behind).
+    waiting: HashMap<String, Vec<oneshot::Sender<Result<(), String>>>>,
     stats: Arc<MirrorStats>,
 }
 
@@ -190,13 +248,20 @@ impl Worker {
             let msg = if self.behind.is_empty() {
                 rx.recv().await
             } else {
+                // A turn waits on a session behind: retry often, the lease bounds the wait.
+                let wait = if self.waiting.is_empty() {
+                    retry
+                } else {
+                    retry.min(Duration::from_millis(250))
+                };
                 tokio::select! {
                     m = rx.recv() => m,
-                    () = tokio::time::sleep(retry) => {
+                    () = tokio::time::sleep(wait) => {
                         let files: Vec<PathBuf> = self.behind.iter().cloned().collect();
                         for f in files {
                             self.sync(&f).await;
                         }
+                        self.answer_waiting();
                         retry = if self.behind.is_empty() {
                             Duration::from_millis(500)
                         } else {
@@ -217,6 +282,7 @@ impl Worker {
             // Frames that piled up are one read of each file and as few appends as possible.
             let mut changed = BTreeSet::new();
             let mut flushes = Vec::new();
+            let mut stores = Vec::new();
             let mut next = Some(first);
             while let Some(m) = next {
                 match m {
@@ -224,6 +290,22 @@ impl Worker {
                         changed.insert(file);
                     }
                     Msg::Flush(reply) => flushes.push(reply),
+                    Msg::Stored { session, reply } => stores.push((session, reply)),
+                    Msg::Lease { session, fence } => {
+                        // Lines reported before the change are written under the old lease.
+                        for file in std::mem::take(&mut changed) {
+                            self.sync(&file).await;
+                        }
+                        match fence {
+                            Some(f) => {
+                                self.leases.insert(session, f);
+                            }
+                            None => self.drop_session(
+                                &session,
+                                "this host's lease on the session ended before its lines were stored",
+                            ),
+                        }
+                    }
                 }
                 next = rx.try_recv().ok();
             }
@@ -234,8 +316,82 @@ impl Worker {
             for file in changed {
                 self.sync(&file).await;
             }
+            self.answer_waiting();
             for reply in flushes {
                 let _ = reply.send(());
+            }
+            for (session, reply) in stores {
+                self.store_session(&session, reply).await;
+            }
+        }
+    }
+
+    /// Stores what the session's files hold now, then answers (or, a file behind, keeps the
+    /// caller waiting for a retry or the end of the lease).
+    async fn store_session(&mut self, session: &str, reply: oneshot::Sender<Result<(), String>>) {
+        let files: Vec<PathBuf> = self
+            .tails
+            .iter()
+            .filter(|(_, t)| t.key.session_id == session)
+            .map(|(f, _)| f.clone())
+            .collect();
+        for f in files {
+            self.sync(&f).await;
+        }
+        if !self.leases.contains_key(session) {
+            let _ = reply.send(Err(
+                "this host holds no lease on the session; its lines cannot be stored".into(),
+            ));
+        } else if self.session_behind(session) {
+            self.waiting
+                .entry(session.to_owned())
+                .or_default()
+                .push(reply);
+        } else {
+            let _ = reply.send(Ok(()));
+        }
+    }
+
+    fn session_behind(&self, session: &str) -> bool {
+        self.behind.iter().any(|f| {
+            self.tails
+                .get(f)
+                .is_some_and(|t| t.key.session_id == session)
+        })
+    }
+
+    /// Answers the callers whose sessions are stored now.
+    fn answer_waiting(&mut self) {
+        let done: Vec<String> = self
+            .waiting
+            .keys()
+            .filter(|s| !self.session_behind(s))
+            .cloned()
+            .collect();
+        for s in done {
+            for reply in self.waiting.remove(&s).unwrap_or_default() {
+                let _ = reply.send(Ok(()));
+            }
+        }
+    }
+
+    /// Forgets a session's lease and files: nothing more of it is written; whoever waits for
+    /// its lines to be stored hears `why` they are not.
+    fn drop_session(&mut self, session: &str, why: &str) {
+        self.leases.remove(session);
+        for reply in self.waiting.remove(session).unwrap_or_default() {
+            let _ = reply.send(Err(why.to_owned()));
+        }
+        let files: Vec<PathBuf> = self
+            .tails
+            .iter()
+            .filter(|(_, t)| t.key.session_id == session)
+            .map(|(f, _)| f.clone())
+            .collect();
+        for f in files {
+            self.tails.remove(&f);
+            if self.behind.remove(&f) {
+                self.stats.behind.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
@@ -256,7 +412,12 @@ impl Worker {
         };
         let key = tail.key.clone();
         let known = tail.offset;
-        match self.copy(&key, file, known).await {
+        let Some(fence) = self.leases.get(&key.session_id).cloned() else {
+            tracing::debug!(session = %key.session_id, file = %file.display(), "no lease for the session here; its new lines are not stored");
+            self.tails.remove(file);
+            return;
+        };
+        match self.copy(&key, file, known, fence.as_ref()).await {
             Ok(offset) => {
                 if let Some(t) = self.tails.get_mut(file) {
                     t.offset = Some(offset);
@@ -266,7 +427,16 @@ impl Worker {
                     tracing::info!(session = %key.session_id, "the session store caught up with the transcript");
                 }
             }
-            Err(error) => {
+            Err(CopyError::Fenced(error)) => {
+                // Another host has the session: nothing more of it is written from here.
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(session = %key.session_id, %error, "the store refused the session's lines: this host's lease is not the current one");
+                self.drop_session(
+                    &key.session_id,
+                    &format!("the session store refused its lines: {error}"),
+                );
+            }
+            Err(CopyError::Other(error)) => {
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
                 if self.behind.insert(file.to_owned()) {
                     self.stats.behind.fetch_add(1, Ordering::Relaxed);
@@ -286,26 +456,44 @@ impl Worker {
         key: &TranscriptKey,
         file: &Path,
         from: Option<u64>,
-    ) -> Result<u64, String> {
+        fence: Option<&Fence>,
+    ) -> Result<u64, CopyError> {
         let skip = match from {
             Some(_) => 0,
-            None => usize::try_from(self.store.count(key).await.map_err(|e| e.to_string())?)
+            None => usize::try_from(self.store.count(key).await.map_err(CopyError::from)?)
                 .unwrap_or(usize::MAX),
         };
         let path = file.to_owned();
         let (lines, end) =
             tokio::task::spawn_blocking(move || read_from(&path, from.unwrap_or(0), skip))
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                .map_err(|e| CopyError::Other(e.to_string()))?
+                .map_err(|e| CopyError::Other(format!("cannot read {}: {e}", file.display())))?;
         for chunk in lines.chunks(BATCH_ENTRIES) {
-            let n = tokio::time::timeout(APPEND_TIMEOUT, self.store.append(key, chunk))
+            let n = tokio::time::timeout(APPEND_TIMEOUT, self.store.append(key, chunk, fence))
                 .await
-                .map_err(|_| format!("no answer in {} s", APPEND_TIMEOUT.as_secs()))?
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| {
+                    CopyError::Other(format!("no answer in {} s", APPEND_TIMEOUT.as_secs()))
+                })?
+                .map_err(CopyError::from)?;
             self.stats.appended.fetch_add(n, Ordering::Relaxed);
         }
         Ok(end)
+    }
+}
+
+/// Why a copy stopped: the lease (final for the session) or anything else (retried).
+enum CopyError {
+    Fenced(String),
+    Other(String),
+}
+
+impl From<StoreError> for CopyError {
+    fn from(e: StoreError) -> CopyError {
+        match e {
+            e @ StoreError::Fenced { .. } => CopyError::Fenced(e.to_string()),
+            e => CopyError::Other(e.to_string()),
+        }
     }
 }
 

@@ -89,6 +89,10 @@ fn agent_error(e: AgentError) -> RpcError {
             let data = json!({ "heldBy": holder, "since": since, "expires": expires });
             RpcError::new(code::PERMISSION_DENIED, e.to_string()).with_data(data)
         }
+        AgentError::LeaseUnavailable { ref database, .. } => {
+            let data = json!({ "leaseUnavailable": true, "database": database });
+            RpcError::new(code::PERMISSION_DENIED, e.to_string()).with_data(data)
+        }
         e @ (AgentError::UnknownModel { .. } | AgentError::Invalid(_)) => {
             RpcError::invalid_params(e.to_string())
         }

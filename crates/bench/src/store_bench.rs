@@ -76,7 +76,7 @@ async fn store_append(
 ) -> anyhow::Result<f64> {
     let started = Instant::now();
     for chunk in lines.chunks(batch) {
-        db.transcripts.append(key, chunk).await?;
+        db.transcripts.append(key, chunk, None).await?;
     }
     Ok(lines.len() as f64 / started.elapsed().as_secs_f64())
 }

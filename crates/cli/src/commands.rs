@@ -209,6 +209,38 @@ pub(crate) fn logout(ctx: &Context) -> anyhow::Result<ExitCode> {
 
 /// The shared database, when one is configured: where, how many sessions, and how far this
 /// host's transcripts are ahead of their copies there.
+/// Day `day`'s model calls of every host that counts them in the shared store (`None`: no
+/// store configured, or it cannot be read; logged).
+async fn shared_day(ctx: &Context, day: &str) -> Option<claude_host_proxy::DayUsage> {
+    let url = ctx.database_url().ok()??;
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let db = claude_host_store::Database::open(&url).await?;
+        db.shared
+            .values_under(&crate::usage::shared_day_prefix(day))
+            .await
+    })
+    .await;
+    let values = match read {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot read the shared usage counts");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!("the database did not answer for the shared usage counts");
+            return None;
+        }
+    };
+    let mut total = claude_host_proxy::DayUsage::default();
+    for (key, json) in values {
+        match serde_json::from_str::<claude_host_proxy::DayUsage>(&json) {
+            Ok(u) => total.add(&u),
+            Err(e) => tracing::warn!(%key, error = %e, "unreadable shared usage counts; skipped"),
+        }
+    }
+    Some(total)
+}
+
 async fn database_report(ctx: &Context) -> Option<serde_json::Value> {
     let url = match ctx.database_url() {
         Ok(u) => u?,
@@ -217,11 +249,19 @@ async fn database_report(ctx: &Context) -> Option<serde_json::Value> {
     let location = claude_host_store::redact(&url);
     let db = match claude_host_store::Database::open(&url).await {
         Ok(db) => db,
-        Err(e) => return Some(json!({"location": location, "error": e.to_string()})),
+        Err(e) => {
+            return Some(
+                json!({"location": location, "error": e.to_string(), "unleased": unleased_json(ctx)}),
+            );
+        }
     };
     let records = match db.metadata.list(true).await {
         Ok(r) => r,
-        Err(e) => return Some(json!({"location": location, "error": e.to_string()})),
+        Err(e) => {
+            return Some(
+                json!({"location": location, "error": e.to_string(), "unleased": unleased_json(ctx)}),
+            );
+        }
     };
     let ids: std::collections::HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
     let (mut behind_sessions, mut behind_entries) = (0u64, 0u64);
@@ -247,11 +287,29 @@ async fn database_report(ctx: &Context) -> Option<serde_json::Value> {
         }
     }
     Some(json!({"location": location, "sessions": records.len(),
-                "behind": {"sessions": behind_sessions, "entries": behind_entries}}))
+                "behind": {"sessions": behind_sessions, "entries": behind_entries},
+                "unleased": unleased_json(ctx)}))
+}
+
+/// The running hosts that drive sessions without a lease when the database cannot be reached
+/// (`--allow-unleased`).
+fn unleased_json(ctx: &Context) -> Vec<serde_json::Value> {
+    crate::usage::unleased_hosts(&ctx.home)
+        .into_iter()
+        .map(|(pid, command, database)| json!({"pid": pid, "command": command, "database": database}))
+        .collect()
 }
 
 fn print_database(report: Option<&serde_json::Value>) {
     let Some(r) = report else { return };
+    for h in r["unleased"].as_array().into_iter().flatten() {
+        println!(
+            "Unleased sessions allowed (--allow-unleased): `{}` (pid {}) drives a session without a lease when {} cannot be reached; another host may then drive it too",
+            h["command"].as_str().unwrap_or("?"),
+            h["pid"],
+            h["database"].as_str().unwrap_or("?")
+        );
+    }
     let location = r["location"].as_str().unwrap_or("?");
     if let Some(e) = r["error"].as_str() {
         println!("Session database: {location}: {e}");
@@ -275,7 +333,16 @@ fn print_database(report: Option<&serde_json::Value>) {
 pub(crate) async fn status(ctx: &Context, as_json: bool) -> anyhow::Result<ExitCode> {
     let requests = crate::usage::totals(&ctx.home);
     let day = claude_host_proxy::telemetry::today();
-    let today = crate::usage::day(&ctx.home, &day);
+    // Every host of a shared store counts there; without it (none, or unreachable), the
+    // processes of this machine count.
+    let today = match shared_day(ctx, &day).await {
+        Some(shared) => {
+            let mut t = crate::usage::day(&ctx.home, &day, false);
+            t.add(&shared);
+            t
+        }
+        None => crate::usage::day(&ctx.home, &day, true),
+    };
     let database = database_report(ctx).await;
     let Some(token) = ctx.github_token()? else {
         if as_json {

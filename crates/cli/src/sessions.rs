@@ -79,6 +79,12 @@ enum SessionsCommand {
         #[arg(long)]
         force: bool,
     },
+    /// End whoever's lease on a session in the shared database, so another host may open it
+    /// now. The host that held it is refused its next write or renewal and stops driving it.
+    Release {
+        /// Session id.
+        id: String,
+    },
 }
 
 fn config_dir(args: &SessionsArgs) -> anyhow::Result<PathBuf> {
@@ -142,10 +148,68 @@ pub(crate) async fn run(
             return crate::transfer::import(&dir, db.as_ref(), store, file, *force, args.json)
                 .await;
         }
+        SessionsCommand::Release { id } => {
+            let db = db.context(
+                "no shared session database is configured (CLAUDE_HOST_DATABASE_URL); leases live there",
+            )?;
+            let ended = db
+                .leases
+                .revoke(id)
+                .await
+                .with_context(|| format!("cannot release session {id} in {}", db.location))?;
+            match &ended {
+                Some(l) => {
+                    tracing::warn!(session = %id, holder = %l.holder, epoch = l.epoch, "a session's lease was ended by hand");
+                }
+                None => tracing::info!(session = %id, "released a session nobody held"),
+            }
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"released": id, "was_held_by": ended.as_ref().map(|l| &l.holder),
+                           "since": ended.as_ref().map(|l| claude_host_protocol::time::rfc3339_from_millis(l.acquired_at))})
+                );
+            } else {
+                match ended {
+                    Some(l) => println!(
+                        "Released session {id}; it was held by {} since {}.",
+                        l.holder,
+                        claude_host_protocol::time::rfc3339_from_millis(l.acquired_at)
+                    ),
+                    None => println!("Session {id} was not held by any host."),
+                }
+            }
+        }
         SessionsCommand::List { cwd, limit } => {
             let mut all = transcripts::list_sessions(&dir, cwd.as_deref())?;
             all.truncate(*limit);
             let host = overlay(home, db.as_ref()).await;
+            // Who drives each session now (live leases in the shared database).
+            let held: HashMap<String, claude_host_store::Lease> = match &db {
+                Some(db) => match db.leases.live().await {
+                    Ok(l) => l.into_iter().map(|l| (l.session_id.clone(), l)).collect(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the sessions' leases; listing without them");
+                        HashMap::new()
+                    }
+                },
+                None => HashMap::new(),
+            };
+            let held_json = |id: &str| {
+                held.get(id).map(|l| {
+                    json!({"holder": l.holder, "since": claude_host_protocol::time::rfc3339_from_millis(l.acquired_at),
+                           "expires": claude_host_protocol::time::rfc3339_from_millis(l.expires_at), "epoch": l.epoch})
+                })
+            };
+            let held_text = |id: &str| {
+                held.get(id).map_or_else(String::new, |l| {
+                    format!(
+                        "  [held by {} since {}]",
+                        l.holder,
+                        claude_host_protocol::time::rfc3339_from_millis(l.acquired_at)
+                    )
+                })
+            };
             // Sessions only the shared database has (run on other hosts).
             let elsewhere: Vec<&SessionRecord> = {
                 let here: std::collections::HashSet<&str> =
@@ -190,13 +254,15 @@ pub(crate) async fn run(
                                 "permission_mode": r.permission_mode, "archived": r.archived,
                                 "last_host": r.host});
                         }
+                        v["held"] = held_json(&s.session_id).unwrap_or(Value::Null);
                         v
                     })
                     .chain(elsewhere.iter().map(|r| {
                         json!({"id": r.id, "summary": r.title.clone().unwrap_or_default(), "cwd": r.cwd,
                                "modified": r.updated_at / 1000, "local": false,
                                "host": {"model": r.model, "effort": r.effort, "permission_mode": r.permission_mode,
-                                        "archived": r.archived, "last_host": r.host}})
+                                        "archived": r.archived, "last_host": r.host},
+                               "held": held_json(&r.id)})
                     }))
                     .collect();
                 println!("{}", json!({ "sessions": sessions }));
@@ -208,12 +274,13 @@ pub(crate) async fn run(
                         .duration_since(s.modified)
                         .map_or(0, |d| d.as_secs());
                     println!(
-                        "{}  {:>6}  {:>3} msgs  {}  {}",
+                        "{}  {:>6}  {:>3} msgs  {}  {}{}",
                         s.session_id,
                         ago(age),
                         s.message_count,
                         s.cwd.as_deref().unwrap_or("?"),
-                        s.summary.chars().take(60).collect::<String>()
+                        s.summary.chars().take(60).collect::<String>(),
+                        held_text(&s.session_id)
                     );
                 }
                 for r in &elsewhere {
@@ -223,7 +290,7 @@ pub(crate) async fn run(
                     .unwrap_or(0)
                         / 1000;
                     println!(
-                        "{}  {:>6}  (on {})  {}  {}",
+                        "{}  {:>6}  (on {})  {}  {}{}",
                         r.id,
                         ago(age),
                         r.host.as_deref().unwrap_or("another host"),
@@ -233,7 +300,8 @@ pub(crate) async fn run(
                             .unwrap_or_default()
                             .chars()
                             .take(60)
-                            .collect::<String>()
+                            .collect::<String>(),
+                        held_text(&r.id)
                     );
                 }
             }

@@ -137,6 +137,20 @@ pub(crate) struct GlobalOpts {
         default_value_t = 30
     )]
     pub session_lease_secs: u64,
+    /// With a shared database that cannot be reached, drive sessions without a lease (two
+    /// hosts may then drive one at once). Off: such a session is refused, naming the database.
+    #[arg(long, global = true, env = "CLAUDE_HOST_ALLOW_UNLEASED")]
+    pub allow_unleased: bool,
+    /// On SIGTERM, how long running turns may go on before they are cancelled (then the
+    /// transcripts are flushed and the sessions' leases given back).
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_SHUTDOWN_GRACE_SECS",
+        value_name = "SECONDS",
+        default_value_t = 10
+    )]
+    pub shutdown_grace_secs: u64,
     /// How long a session's Claude Code process may sit idle before it is stopped (it starts
     /// again, resuming, when the session is opened, a prompt is typed or sent); 0 keeps it.
     #[arg(
@@ -453,7 +467,7 @@ pub(crate) async fn build_agent(
     )
     .await
     .context("cannot start the model proxy")?;
-    let usage = crate::usage::UsageRecorder::start(
+    let mut usage = crate::usage::UsageRecorder::start(
         &ctx.home,
         proxy.prompt_ledger(),
         proxy.usage(),
@@ -474,12 +488,26 @@ pub(crate) async fn build_agent(
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.warm_up = ctx.opts.warm_up;
+    config.shutdown_grace = std::time::Duration::from_secs(ctx.opts.shutdown_grace_secs);
     config.small_model.clone_from(&ctx.opts.small_model);
     config.subagent_model.clone_from(&ctx.opts.subagent_model);
+    if let Some(db) = &db {
+        usage.share(db, &host_name());
+    }
+    if ctx.opts.allow_unleased
+        && let Some(db) = &db
+    {
+        usage.hold(crate::usage::UnleasedMark::new(
+            &ctx.home,
+            command,
+            &db.location,
+        ));
+    }
     config.durable = db.map(|db| claude_host_agent::Durable {
         db,
         host: host_name(),
         lease_ttl: std::time::Duration::from_secs(ctx.opts.session_lease_secs.max(1)),
+        allow_unleased: ctx.opts.allow_unleased,
     });
     if ctx.opts.upstream == "copilot" {
         // Claude Code's WebSearch is a server tool that Copilot refuses ("did 0 searches").

@@ -40,6 +40,7 @@ fn record_from(v: &Value, id: &str) -> Option<SessionRecord> {
         archived: v.get("archived").and_then(Value::as_bool).unwrap_or(false),
         read: v.get("read").and_then(Value::as_bool).unwrap_or(false),
         host: None,
+        decisions: None,
     })
 }
 
@@ -212,6 +213,22 @@ pub(crate) async fn import(
             .with_context(|| format!("cannot write {}", path.display()))?;
         entries += lines.len();
     }
+    // With a shared database, the import is a writer like any host: it takes the session's
+    // lease (refused while another host drives it), writes under it and gives it back.
+    let lease = match db {
+        Some(db) => Some(
+            db.leases
+                .acquire(
+                    &id,
+                    &crate::setup::host_name(),
+                    std::time::Duration::from_secs(60),
+                )
+                .await
+                .with_context(|| format!("cannot import session {id} into the shared database"))?,
+        ),
+        None => None,
+    };
+    let fence = lease.as_ref().map(claude_host_store::Lease::fence);
     if let Some(db) = db {
         if force {
             db.transcripts
@@ -220,12 +237,15 @@ pub(crate) async fn import(
         }
         for (key, lines) in &transcripts {
             for chunk in lines.chunks(500) {
-                db.transcripts.append(key, chunk).await?;
+                db.transcripts.append(key, chunk, fence.as_ref()).await?;
             }
         }
     }
     if let Some(r) = header.get("record").and_then(|r| record_from(r, &id)) {
-        store.put(&r).await?;
+        store.put(&r, fence.as_ref()).await?;
+    }
+    if let (Some(db), Some(fence)) = (db, &fence) {
+        db.leases.release(&id, fence).await?;
     }
     if as_json {
         println!(

@@ -4,6 +4,8 @@
 //! `$CLAUDE_HOST_HOME/usage/<start ms>-<pid>.json`, and rewrites it (atomically, mode 0600)
 //! shortly after its counts change and once more as it stops. One writer per file: processes
 //! running side by side never lose each other's counts, and `status` adds the files up.
+//! With a shared database, `serve`/`run`/`acp` also keep their per-day counts in it (one key
+//! per process and day), so `status` on any host of the store sees every host's calls.
 
 use claude_host_proxy::{DayUsage, PromptLedger, SessionUsage, UsageView};
 use serde::{Deserialize, Serialize};
@@ -27,6 +29,9 @@ struct UsageFile {
     /// Model calls per UTC day (`YYYY-MM-DD`).
     #[serde(default)]
     days: BTreeMap<String, DayUsage>,
+    /// The days are also in the shared store (counted from there, not from this file).
+    #[serde(default)]
+    shared: bool,
 }
 
 fn now_ms() -> i64 {
@@ -47,6 +52,77 @@ pub(crate) struct UsageRecorder {
     /// Held for each write, which reads the counts under it: a write still running when the
     /// recorder is dropped cannot land after the last one with older counts.
     writing: Arc<Mutex<()>>,
+    /// Says, while this process runs, that it drives sessions unleased when it must.
+    unleased: Option<UnleasedMark>,
+    /// Copies the per-day counts into the shared store.
+    sharing: Option<tokio::task::JoinHandle<()>>,
+    shared: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The shared store's keys of day `day`'s counts (one key per process under it).
+pub(crate) fn shared_day_prefix(day: &str) -> String {
+    format!("usage/{day}/")
+}
+
+/// `$CLAUDE_HOST_HOME/unleased/<pid>.json`: this process runs with `--allow-unleased` and a
+/// shared database (for `status`); removed as it stops.
+pub(crate) struct UnleasedMark(PathBuf);
+
+impl UnleasedMark {
+    pub(crate) fn new(home: &Path, command: &str, database: &str) -> Option<UnleasedMark> {
+        let path = home
+            .join("unleased")
+            .join(format!("{}.json", std::process::id()));
+        let body = serde_json::json!({"pid": std::process::id(), "command": command,
+            "database": database, "since": now_ms()});
+        match claude_host_upstream::private_files::write_atomic(&path, body.to_string().as_bytes())
+        {
+            Ok(()) => Some(UnleasedMark(path)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot record that this host allows unleased sessions");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for UnleasedMark {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The running processes that drive sessions unleased when they must: (pid, command,
+/// database). Marks of processes that are gone are removed.
+pub(crate) fn unleased_hosts(home: &Path) -> Vec<(u32, String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(home.join("unleased"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(v) = std::fs::read(e.path())
+            .map_err(|_| ())
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|_| ()))
+        else {
+            continue;
+        };
+        let pid = v["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0);
+        if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        out.push((
+            pid,
+            v["command"].as_str().unwrap_or_default().to_owned(),
+            v["database"].as_str().unwrap_or_default().to_owned(),
+        ));
+    }
+    out.sort();
+    out
 }
 
 /// What a recorder writes: the proxy's per-session requests and its per-day calls.
@@ -71,8 +147,10 @@ impl UsageRecorder {
         let path = dir.join(format!("{started_at}-{}.json", std::process::id()));
         let sources = Sources { ledger, days };
         let writing = Arc::new(Mutex::new(()));
+        let shared = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let task = {
             let writing = writing.clone();
+            let shared = shared.clone();
             let (path, sources, command) = (path.clone(), sources.clone(), command.to_owned());
             let mut prompts = sources.ledger.changes();
             let mut calls = sources.days.changes();
@@ -90,9 +168,10 @@ impl UsageRecorder {
                         command.clone(),
                         writing.clone(),
                     );
+                    let shared = shared.load(std::sync::atomic::Ordering::SeqCst);
                     let written = tokio::task::spawn_blocking(move || {
                         let _one_at_a_time = writing.lock();
-                        write(&path, &sources, &command, started_at);
+                        write(&path, &sources, &command, started_at, shared);
                     });
                     if written.await.is_err() {
                         break;
@@ -108,19 +187,71 @@ impl UsageRecorder {
             started_at,
             task,
             writing,
+            unleased: None,
+            sharing: None,
+            shared,
         }
+    }
+
+    /// Keeps this process's per-day counts in the shared store too (every host of the store
+    /// counts them there), under its own key per day, at most every [`WRITE_EVERY`].
+    pub(crate) fn share(&mut self, db: &claude_host_store::Database, host: &str) {
+        let shared = db.shared.clone();
+        let days = self.sources.days.clone();
+        let me = format!("{host} {}", self.started_at);
+        self.shared.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut calls = days.changes();
+        self.sharing = Some(tokio::spawn(async move {
+            while calls.changed().await.is_ok() {
+                for (day, usage) in days.by_day() {
+                    let key = format!("{}{me}", shared_day_prefix(&day));
+                    let Ok(json) = serde_json::to_string(&usage) else {
+                        continue;
+                    };
+                    match tokio::time::timeout(
+                        Duration::from_secs(5),
+                        shared.put_value(&key, &json),
+                    )
+                    .await
+                    {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "cannot share the day's usage counts")
+                        }
+                        Err(_) => tracing::warn!(
+                            "the database did not answer; the day's usage counts are shared later"
+                        ),
+                    }
+                }
+                tokio::time::sleep(WRITE_EVERY).await;
+            }
+        }));
+    }
+
+    /// Keeps `mark` for as long as this process records.
+    pub(crate) fn hold(&mut self, mark: Option<UnleasedMark>) {
+        self.unleased = mark;
     }
 }
 
 impl Drop for UsageRecorder {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(t) = &self.sharing {
+            t.abort();
+        }
         let _one_at_a_time = self.writing.lock();
-        write(&self.path, &self.sources, &self.command, self.started_at);
+        write(
+            &self.path,
+            &self.sources,
+            &self.command,
+            self.started_at,
+            self.shared.load(std::sync::atomic::Ordering::SeqCst),
+        );
     }
 }
 
-fn write(path: &Path, sources: &Sources, command: &str, started_at: i64) {
+fn write(path: &Path, sources: &Sources, command: &str, started_at: i64, shared: bool) {
     let sessions: BTreeMap<String, SessionUsage> = sources.ledger.usage().into_iter().collect();
     let days = sources.days.by_day();
     if sessions.is_empty() && days.is_empty() {
@@ -133,6 +264,7 @@ fn write(path: &Path, sources: &Sources, command: &str, started_at: i64) {
         updated_at: now_ms(),
         sessions,
         days,
+        shared,
     };
     let bytes = serde_json::to_vec(&file).unwrap_or_default();
     if let Err(e) = claude_host_upstream::private_files::write_atomic(path, &bytes) {
@@ -188,10 +320,11 @@ fn files(home: &Path) -> Vec<UsageFile> {
         .collect()
 }
 
-/// The model calls of UTC day `day` (`YYYY-MM-DD`), summed over every process.
-pub(crate) fn day(home: &Path, day: &str) -> DayUsage {
+/// The model calls of UTC day `day` (`YYYY-MM-DD`), summed over every process of this
+/// machine (`with_shared`: also those that count them in the shared store).
+pub(crate) fn day(home: &Path, day: &str, with_shared: bool) -> DayUsage {
     let mut total = DayUsage::default();
-    for file in files(home) {
+    for file in files(home).into_iter().filter(|f| with_shared || !f.shared) {
         if let Some(d) = file.days.get(day) {
             total.add(d);
         }

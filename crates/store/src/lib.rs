@@ -8,6 +8,14 @@
 //!   entries appended in order under a project key, a session id and a subpath for subagent
 //!   transcripts;
 //! - [`Leases`]: one driver per session at a time.
+//!
+//! **Fencing.** A lease carries an epoch that grows with every take-over. Every write for a
+//! session ([`Store::put`], [`SessionStore::append`]) names the [`Fence`] (holder and epoch)
+//! it is made under, and the store checks it in the write's own transaction: the write goes in
+//! only while that holder holds the lease at that epoch and the lease has not run out (by the
+//! database's clock); otherwise [`StoreError::Fenced`]. A write with no fence (a host with no
+//! shared database, an import, a host running unleased by choice) goes in only while nobody
+//! holds a live lease on the session.
 
 mod postgres;
 mod sqlite;
@@ -46,6 +54,9 @@ pub struct SessionRecord {
     pub read: bool,
     /// The host that last ran the session (its name), when known.
     pub host: Option<String>,
+    /// The session's customization decisions (JSON), when a shared store keeps them (a
+    /// record without them keeps the stored ones).
+    pub decisions: Option<String>,
 }
 
 /// Store failures.
@@ -92,6 +103,17 @@ pub enum StoreError {
         /// When the lease runs out unless renewed (RFC 3339).
         expires: String,
     },
+    /// A write for a session was refused: the writer's lease is not the current one (another
+    /// host took over, the lease ran out, or was released or changed by hand).
+    #[error("write for session {session_id} refused: {reason}")]
+    Fenced {
+        /// The session.
+        session_id: String,
+        /// The writer's fence (`None`: an unleased write).
+        writer: Option<Fence>,
+        /// What the store holds instead.
+        reason: String,
+    },
     /// A transcript key that would escape its place (`..`, absolute subpaths).
     #[error("invalid transcript key: {0}")]
     InvalidKey(String),
@@ -100,8 +122,8 @@ pub enum StoreError {
 /// Session metadata storage.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Inserts or replaces a record.
-    async fn put(&self, record: &SessionRecord) -> Result<(), StoreError>;
+    /// Inserts or replaces a record, under `fence` (see the crate's *Fencing*).
+    async fn put(&self, record: &SessionRecord, fence: Option<&Fence>) -> Result<(), StoreError>;
     /// One record.
     async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// Records, most recently updated first; archived ones only when asked.
@@ -110,15 +132,36 @@ pub trait Store: Send + Sync + 'static {
     async fn delete(&self, id: &str) -> Result<bool, StoreError>;
 }
 
+/// Values every host of a store shares, by key: what is not a session's own but must not
+/// differ by host (global customization decisions, per-day usage counts). Unfenced: no one
+/// host owns them; a key is written whole (the last write wins).
+#[async_trait]
+pub trait SharedValues: Send + Sync + 'static {
+    /// The value under `key`.
+    async fn get_value(&self, key: &str) -> Result<Option<String>, StoreError>;
+    /// Sets the value under `key`.
+    async fn put_value(&self, key: &str, value: &str) -> Result<(), StoreError>;
+    /// Every (key, value) whose key starts with `prefix`, by key.
+    async fn values_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
+}
+
 /// Schema migrations, applied in order; the index + 1 is the schema version.
 pub(crate) const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_sessions.sql"),
     include_str!("../migrations/0002_resource_and_read.sql"),
     include_str!("../migrations/0003_transcripts_and_leases.sql"),
+    include_str!("../migrations/0004_lease_epochs.sql"),
+    include_str!("../migrations/0005_session_decisions.sql"),
+    include_str!("../migrations/0006_shared_values.sql"),
 ];
 
 /// PostgreSQL schema migrations, applied in order; the index + 1 is the schema version.
-pub(crate) const PG_MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_schema.sql")];
+pub(crate) const PG_MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/postgres/0001_schema.sql"),
+    include_str!("../migrations/postgres/0002_lease_epochs.sql"),
+    include_str!("../migrations/postgres/0003_session_decisions.sql"),
+    include_str!("../migrations/postgres/0004_shared_values.sql"),
+];
 
 pub(crate) fn held(session_id: &str, holder: String, since: i64, expires: i64) -> StoreError {
     StoreError::Held {
@@ -204,8 +247,14 @@ pub(crate) fn entry_uuid(line: &str) -> Option<String> {
 pub trait SessionStore: Send + Sync + 'static {
     /// Appends `entries` (JSON lines, in order) to `key`'s transcript as one batch: the batch
     /// stays contiguous and in order; an entry whose `uuid` is already stored under the key is
-    /// skipped. Returns how many were stored.
-    async fn append(&self, key: &TranscriptKey, entries: &[String]) -> Result<u64, StoreError>;
+    /// skipped. Returns how many were stored. Made under `fence` (see the crate's *Fencing*):
+    /// a refused batch stores nothing.
+    async fn append(
+        &self,
+        key: &TranscriptKey,
+        entries: &[String],
+        fence: Option<&Fence>,
+    ) -> Result<u64, StoreError>;
     /// The transcript in append order; `None` when nothing is stored under the key.
     async fn load(&self, key: &TranscriptKey) -> Result<Option<Vec<String>>, StoreError>;
     /// The project's sessions (main transcripts), most recently changed first.
@@ -235,21 +284,105 @@ pub struct Lease {
     pub acquired_at: i64,
     /// When it runs out unless renewed (Unix milliseconds).
     pub expires_at: i64,
+    /// Grows with every take-over: the writes of an earlier holder are refused.
+    pub epoch: i64,
 }
 
-/// One driver per session: a lease per session with a holder and an expiry.
+impl Lease {
+    /// What the holder's writes carry.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            holder: self.holder.clone(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+/// Who writes for a session, under which lease: checked by the store in each write's own
+/// transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The lease holder's name.
+    pub holder: String,
+    /// The lease's epoch when it was taken.
+    pub epoch: i64,
+}
+
+/// One driver per session: a lease per session with a holder, an epoch and an expiry.
 #[async_trait]
 pub trait Leases: Send + Sync + 'static {
-    /// Takes the session's lease for `ttl` when it is free, expired or already `holder`'s
-    /// (then renewed); otherwise [`StoreError::Held`] naming who has it.
+    /// Takes the session's lease for `ttl`. Free, released or run out: taken at the next
+    /// epoch. Already `holder`'s and live: renewed at the same epoch. Otherwise
+    /// [`StoreError::Held`] naming who has it.
     async fn acquire(
         &self,
         session_id: &str,
         holder: &str,
         ttl: Duration,
     ) -> Result<Lease, StoreError>;
-    /// Gives the lease up if `holder` has it.
-    async fn release(&self, session_id: &str, holder: &str) -> Result<(), StoreError>;
+    /// Extends the lease `fence` was taken under by `ttl`, only while it is still that one and
+    /// live; else [`StoreError::Fenced`] (or [`StoreError::Held`] when another host has it):
+    /// the holder must stop driving the session.
+    async fn renew(
+        &self,
+        session_id: &str,
+        fence: &Fence,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError>;
+    /// Gives the lease up if it is still the one `fence` was taken under (its epoch is kept,
+    /// so the next take-over's is higher).
+    async fn release(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError>;
+    /// Ends whoever's lease on the session now (`sessions release`): its epoch moves on, so
+    /// the holder's next write or renewal is refused and it stops. The lease it ended, if one
+    /// was live.
+    async fn revoke(&self, session_id: &str) -> Result<Option<Lease>, StoreError>;
+    /// Every live lease.
+    async fn live(&self) -> Result<Vec<Lease>, StoreError>;
+}
+
+/// Why a fenced write may not go in, given the lease row (`None`: no row) and the store's
+/// clock; `None` when it may.
+pub(crate) fn fence_refusal(
+    fence: Option<&Fence>,
+    row: Option<(String, i64, i64)>,
+    now: i64,
+) -> Option<String> {
+    match (fence, row) {
+        (None, None) => None,
+        (None, Some((holder, epoch, expires))) => (expires > now).then(|| {
+            format!(
+                "{holder} holds the session's lease (epoch {epoch}); an unleased write is refused"
+            )
+        }),
+        (Some(f), None) => Some(format!(
+            "the session has no lease, and the writer's (epoch {}) is gone",
+            f.epoch
+        )),
+        (Some(f), Some((holder, epoch, expires))) => {
+            if holder != f.holder || epoch != f.epoch {
+                Some(format!(
+                    "the writer's lease (epoch {}) is not the current one: {holder} at epoch {epoch}",
+                    f.epoch
+                ))
+            } else if expires <= now {
+                Some(format!(
+                    "the writer's lease (epoch {epoch}) ran out {} ms ago",
+                    now - expires
+                ))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+pub(crate) fn fenced(session_id: &str, fence: Option<&Fence>, reason: String) -> StoreError {
+    tracing::warn!(session = %session_id, writer = ?fence, %reason, "a write for the session was refused by its lease");
+    StoreError::Fenced {
+        session_id: session_id.to_owned(),
+        writer: fence.cloned(),
+        reason,
+    }
 }
 
 /// Everything a host keeps in one database.
@@ -261,6 +394,8 @@ pub struct Database {
     pub transcripts: Arc<dyn SessionStore>,
     /// Leases.
     pub leases: Arc<dyn Leases>,
+    /// Values the hosts share.
+    pub shared: Arc<dyn SharedValues>,
     /// Where it is, safe to print (no password).
     pub location: String,
 }
@@ -274,12 +409,16 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
-    fn from<T: Store + SessionStore + Leases>(store: T, location: String) -> Database {
+    fn from<T: Store + SessionStore + Leases + SharedValues>(
+        store: T,
+        location: String,
+    ) -> Database {
         let store = Arc::new(store);
         Database {
             metadata: store.clone(),
             transcripts: store.clone(),
-            leases: store,
+            leases: store.clone(),
+            shared: store,
             location,
         }
     }

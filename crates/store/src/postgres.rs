@@ -1,8 +1,8 @@
 //! The PostgreSQL store, for hosts that share sessions.
 
 use crate::{
-    Lease, Leases, PG_MIGRATIONS, SessionRecord, SessionStore, Store, StoreError, StoredSession,
-    TranscriptKey, entry_uuid, now_ms, redact,
+    Fence, Lease, Leases, PG_MIGRATIONS, SessionRecord, SessionStore, Store, StoreError,
+    StoredSession, TranscriptKey, entry_uuid, now_ms, redact,
 };
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -49,7 +49,11 @@ impl PgStore {
         };
         let opts = PgConnectOptions::from_str(url)
             .map_err(|e| open_err(format!("invalid URL: {}", scrub(&e.to_string(), url))))?
-            .application_name("claude-host");
+            .application_name("claude-host")
+            // A write's transaction holds the session's lease row (for share) until it ends; a
+            // host cut off mid-transaction must not keep another host from taking the lease
+            // over for longer than this.
+            .options([("idle_in_transaction_session_timeout", "5s")]);
         let mut conn =
             tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&opts))
                 .await
@@ -184,6 +188,58 @@ async fn migrate(conn: &mut PgConnection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The database's clock in Unix milliseconds, as SQL: leases are timed by it alone, so hosts
+/// whose clocks disagree still agree on when a lease has run out.
+macro_rules! now_ms {
+    () => {
+        "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
+    };
+}
+
+/// Checks `fence` against the session's lease inside the write's transaction. The lease row is
+/// locked for share until the write commits, so a take-over waits for the write, or the write
+/// sees the take-over and is refused.
+async fn check_fence(
+    tx: &mut PgConnection,
+    session_id: &str,
+    fence: Option<&Fence>,
+) -> Result<(), StoreError> {
+    let row = sqlx::query(concat!(
+        "SELECT holder, epoch, expires_at, ",
+        now_ms!(),
+        " AS now FROM session_leases WHERE session_id = $1 FOR SHARE"
+    ))
+    .bind(session_id)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(q)?;
+    let (lease, now) = match row {
+        Some(r) => (
+            Some((
+                r.try_get("holder").map_err(q)?,
+                r.try_get("epoch").map_err(q)?,
+                r.try_get("expires_at").map_err(q)?,
+            )),
+            r.try_get("now").map_err(q)?,
+        ),
+        None => (None, 0),
+    };
+    match crate::fence_refusal(fence, lease, now) {
+        None => Ok(()),
+        Some(reason) => Err(crate::fenced(session_id, fence, reason)),
+    }
+}
+
+fn lease_of(session_id: &str, row: &sqlx::postgres::PgRow) -> Result<Lease, StoreError> {
+    Ok(Lease {
+        session_id: session_id.to_owned(),
+        holder: row.try_get("holder").map_err(q)?,
+        acquired_at: row.try_get("acquired_at").map_err(q)?,
+        expires_at: row.try_get("expires_at").map_err(q)?,
+        epoch: row.try_get("epoch").map_err(q)?,
+    })
+}
+
 fn record(row: &sqlx::postgres::PgRow) -> Result<SessionRecord, StoreError> {
     Ok(SessionRecord {
         id: row.try_get("id").map_err(q)?,
@@ -198,16 +254,20 @@ fn record(row: &sqlx::postgres::PgRow) -> Result<SessionRecord, StoreError> {
         archived: row.try_get("archived").map_err(q)?,
         read: row.try_get("read").map_err(q)?,
         host: row.try_get("host").map_err(q)?,
+        decisions: row.try_get("decisions").map_err(q)?,
     })
 }
 
 #[async_trait]
 impl Store for PgStore {
-    async fn put(&self, r: &SessionRecord) -> Result<(), StoreError> {
+    async fn put(&self, r: &SessionRecord, fence: Option<&Fence>) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(q)?;
+        check_fence(&mut tx, &r.id, fence).await?;
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host), resource = excluded.resource,
+            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host, decisions)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host),
+               decisions = COALESCE(excluded.decisions, sessions.decisions), resource = excluded.resource,
                read = excluded.read, title = excluded.title, model = excluded.model,
                effort = excluded.effort, permission_mode = excluded.permission_mode, cwd = excluded.cwd,
                updated_at = excluded.updated_at, archived = excluded.archived",
@@ -224,9 +284,11 @@ impl Store for PgStore {
         .bind(&r.resource)
         .bind(r.read)
         .bind(&r.host)
-        .execute(&self.pool)
+        .bind(&r.decisions)
+        .execute(&mut *tx)
         .await
         .map_err(q)?;
+        tx.commit().await.map_err(q)?;
         Ok(())
     }
 
@@ -261,7 +323,12 @@ impl Store for PgStore {
 
 #[async_trait]
 impl SessionStore for PgStore {
-    async fn append(&self, key: &TranscriptKey, entries: &[String]) -> Result<u64, StoreError> {
+    async fn append(
+        &self,
+        key: &TranscriptKey,
+        entries: &[String],
+        fence: Option<&Fence>,
+    ) -> Result<u64, StoreError> {
         key.validate()?;
         if entries.is_empty() {
             return Ok(0);
@@ -279,6 +346,7 @@ impl SessionStore for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(q)?;
+        check_fence(&mut tx, &key.session_id, fence).await?;
         let done = sqlx::query(
             "INSERT INTO transcript_entries (project_key, session_id, subpath, uuid, entry, stored_at)
              SELECT $1, $2, $3, t.uuid, t.entry::json, $6
@@ -407,19 +475,20 @@ impl Leases for PgStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<Lease, StoreError> {
-        // The database's clock, not each host's: hosts whose clocks disagree still agree on
-        // when a lease has run out.
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
-        let taken = sqlx::query(
-            "WITH now AS (SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT AS ms)
-             INSERT INTO session_leases (session_id, holder, acquired_at, expires_at)
-             SELECT $1, $2, ms, ms + $3 FROM now
+        // `excluded.acquired_at` is now; a live lease of the same holder is renewed at its
+        // epoch, anything else taken at the next one.
+        let taken = sqlx::query(concat!("WITH now AS (SELECT ", now_ms!(), " AS ms)
+             INSERT INTO session_leases (session_id, holder, acquired_at, expires_at, epoch)
+             SELECT $1, $2, ms, ms + $3, 1 FROM now
              ON CONFLICT (session_id) DO UPDATE SET
-               acquired_at = CASE WHEN session_leases.holder = excluded.holder THEN session_leases.acquired_at ELSE excluded.acquired_at END,
+               epoch = CASE WHEN session_leases.holder = excluded.holder AND session_leases.expires_at > excluded.acquired_at
+                 THEN session_leases.epoch ELSE session_leases.epoch + 1 END,
+               acquired_at = CASE WHEN session_leases.holder = excluded.holder AND session_leases.expires_at > excluded.acquired_at
+                 THEN session_leases.acquired_at ELSE excluded.acquired_at END,
                holder = excluded.holder, expires_at = excluded.expires_at
              WHERE session_leases.holder = excluded.holder OR session_leases.expires_at <= excluded.acquired_at
-             RETURNING acquired_at, expires_at",
-        )
+             RETURNING holder, acquired_at, expires_at, epoch"))
         .bind(session_id)
         .bind(holder)
         .bind(ttl_ms)
@@ -427,12 +496,7 @@ impl Leases for PgStore {
         .await
         .map_err(q)?;
         if let Some(row) = taken {
-            return Ok(Lease {
-                session_id: session_id.to_owned(),
-                holder: holder.to_owned(),
-                acquired_at: row.try_get(0).map_err(q)?,
-                expires_at: row.try_get(1).map_err(q)?,
-            });
+            return lease_of(session_id, &row);
         }
         let row = sqlx::query(
             "SELECT holder, acquired_at, expires_at FROM session_leases WHERE session_id = $1",
@@ -449,13 +513,170 @@ impl Leases for PgStore {
         ))
     }
 
-    async fn release(&self, session_id: &str, holder: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM session_leases WHERE session_id = $1 AND holder = $2")
-            .bind(session_id)
-            .bind(holder)
-            .execute(&self.pool)
+    async fn renew(
+        &self,
+        session_id: &str,
+        fence: &Fence,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
+        let renewed = sqlx::query(concat!(
+            "UPDATE session_leases SET expires_at = ",
+            now_ms!(),
+            " + $4
+             WHERE session_id = $1 AND holder = $2 AND epoch = $3 AND expires_at > ",
+            now_ms!(),
+            "
+             RETURNING holder, acquired_at, expires_at, epoch"
+        ))
+        .bind(session_id)
+        .bind(&fence.holder)
+        .bind(fence.epoch)
+        .bind(ttl_ms)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q)?;
+        if let Some(row) = renewed {
+            return lease_of(session_id, &row);
+        }
+        let mut conn = self.pool.acquire().await.map_err(q)?;
+        let row = sqlx::query(concat!(
+            "SELECT holder, acquired_at, expires_at, epoch, ",
+            now_ms!(),
+            " AS now FROM session_leases WHERE session_id = $1"
+        ))
+        .bind(session_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(q)?;
+        if let Some(r) = &row {
+            let other = lease_of(session_id, r)?;
+            let now: i64 = r.try_get("now").map_err(q)?;
+            if other.holder != fence.holder && other.expires_at > now {
+                return Err(crate::held(
+                    session_id,
+                    other.holder,
+                    other.acquired_at,
+                    other.expires_at,
+                ));
+            }
+            let reason = crate::fence_refusal(
+                Some(fence),
+                Some((other.holder, other.epoch, other.expires_at)),
+                now,
+            )
+            .unwrap_or_else(|| "the lease changed while it was renewed".to_owned());
+            return Err(crate::fenced(session_id, Some(fence), reason));
+        }
+        Err(crate::fenced(
+            session_id,
+            Some(fence),
+            "the session has no lease".to_owned(),
+        ))
+    }
+
+    async fn release(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        sqlx::query(concat!(
+            "UPDATE session_leases SET expires_at = LEAST(expires_at, ",
+            now_ms!(),
+            ")
+             WHERE session_id = $1 AND holder = $2 AND epoch = $3"
+        ))
+        .bind(session_id)
+        .bind(&fence.holder)
+        .bind(fence.epoch)
+        .execute(&self.pool)
+        .await
+        .map_err(q)?;
+        Ok(())
+    }
+
+    async fn revoke(&self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(q)?;
+        let row = sqlx::query(concat!(
+            "SELECT holder, acquired_at, expires_at, epoch, ",
+            now_ms!(),
+            " AS now FROM session_leases WHERE session_id = $1 FOR UPDATE"
+        ))
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(q)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let old = lease_of(session_id, &row)?;
+        let now: i64 = row.try_get("now").map_err(q)?;
+        sqlx::query(
+            "UPDATE session_leases SET epoch = epoch + 1, expires_at = LEAST(expires_at, $2) WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok((old.expires_at > now).then_some(old))
+    }
+
+    async fn live(&self) -> Result<Vec<Lease>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT session_id, holder, acquired_at, expires_at, epoch FROM session_leases
+             WHERE expires_at > ",
+            now_ms!(),
+            " ORDER BY session_id"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        rows.iter()
+            .map(|r| lease_of(&r.try_get::<String, _>("session_id").map_err(q)?, r))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl crate::SharedValues for PgStore {
+    async fn get_value(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT value FROM shared_values WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
             .await
             .map_err(q)?;
+        row.map(|r| r.try_get::<String, _>("value").map_err(q))
+            .transpose()
+    }
+
+    async fn put_value(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO shared_values (key, value, updated_at) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        )
+        .bind(key)
+        .bind(value)
+        .bind(claude_host_protocol::time::now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(q)?;
         Ok(())
+    }
+
+    async fn values_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        // Not LIKE: a prefix may hold `%` or `_`.
+        let rows = sqlx::query(
+            "SELECT key, value FROM shared_values WHERE substr(key, 1, length($1)) = $1 ORDER BY key",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>("key").map_err(q)?,
+                    r.try_get::<String, _>("value").map_err(q)?,
+                ))
+            })
+            .collect()
     }
 }

@@ -1,8 +1,8 @@
 //! The embedded SQLite store.
 
 use crate::{
-    Lease, Leases, MIGRATIONS, SessionRecord, SessionStore, Store, StoreError, StoredSession,
-    TranscriptKey, entry_uuid, now_ms,
+    Fence, Lease, Leases, MIGRATIONS, SessionRecord, SessionStore, Store, StoreError,
+    StoredSession, TranscriptKey, entry_uuid, now_ms,
 };
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -122,6 +122,7 @@ fn record(row: &sqlx::sqlite::SqliteRow) -> Result<SessionRecord, StoreError> {
         archived: row.try_get::<i64, _>("archived").map_err(q)? != 0,
         read: row.try_get::<i64, _>("read").map_err(q)? != 0,
         host: row.try_get("host").map_err(q)?,
+        decisions: row.try_get("decisions").map_err(q)?,
     })
 }
 
@@ -153,8 +154,8 @@ impl SqliteOnFirstUse {
 
 #[async_trait]
 impl Store for SqliteOnFirstUse {
-    async fn put(&self, record: &SessionRecord) -> Result<(), StoreError> {
-        self.opened().await?.put(record).await
+    async fn put(&self, record: &SessionRecord, fence: Option<&Fence>) -> Result<(), StoreError> {
+        self.opened().await?.put(record, fence).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
@@ -172,11 +173,16 @@ impl Store for SqliteOnFirstUse {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn put(&self, r: &SessionRecord) -> Result<(), StoreError> {
+    async fn put(&self, r: &SessionRecord, fence: Option<&Fence>) -> Result<(), StoreError> {
+        // The write first, then the check, in one transaction: the write takes SQLite's one
+        // write lock at once (a read first would have to upgrade, which fails when another
+        // writer went in between), and a refusal rolls it back.
+        let mut tx = self.pool.begin().await.map_err(q)?;
         sqlx::query(
-            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host), resource = excluded.resource, read = excluded.read, title = excluded.title, model = excluded.model,
+            "INSERT INTO sessions (id, title, model, effort, permission_mode, cwd, created_at, updated_at, archived, resource, read, host, decisions)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET host = COALESCE(excluded.host, sessions.host),
+               decisions = COALESCE(excluded.decisions, sessions.decisions), resource = excluded.resource, read = excluded.read, title = excluded.title, model = excluded.model,
                effort = excluded.effort, permission_mode = excluded.permission_mode, cwd = excluded.cwd,
                updated_at = excluded.updated_at, archived = excluded.archived",
         )
@@ -192,9 +198,12 @@ impl Store for SqliteStore {
         .bind(&r.resource)
         .bind(i64::from(r.read))
         .bind(&r.host)
-        .execute(&self.pool)
+        .bind(&r.decisions)
+        .execute(&mut *tx)
         .await
         .map_err(q)?;
+        check_fence(&mut tx, &r.id, fence).await?;
+        tx.commit().await.map_err(q)?;
         Ok(())
     }
 
@@ -229,13 +238,19 @@ impl Store for SqliteStore {
 
 #[async_trait]
 impl SessionStore for SqliteStore {
-    async fn append(&self, key: &TranscriptKey, entries: &[String]) -> Result<u64, StoreError> {
+    async fn append(
+        &self,
+        key: &TranscriptKey,
+        entries: &[String],
+        fence: Option<&Fence>,
+    ) -> Result<u64, StoreError> {
         key.validate()?;
         if entries.is_empty() {
             return Ok(0);
         }
         let now = now_ms();
         // One transaction: SQLite has one writer, so the batch is contiguous and in order.
+        // The writes first, then the check (see `put`); a refusal rolls them back.
         let mut tx = self.pool.begin().await.map_err(q)?;
         let mut stored = 0;
         for line in entries {
@@ -254,6 +269,7 @@ impl SessionStore for SqliteStore {
             .map_err(q)?;
             stored += done.rows_affected();
         }
+        check_fence(&mut tx, &key.session_id, fence).await?;
         tx.commit().await.map_err(q)?;
         Ok(stored)
     }
@@ -358,6 +374,48 @@ impl SessionStore for SqliteStore {
     }
 }
 
+/// Checks `fence` against the session's lease inside the write's transaction (SQLite has one
+/// writer: a take-over commits before the check or after the write).
+async fn check_fence(
+    tx: &mut sqlx::SqliteConnection,
+    session_id: &str,
+    fence: Option<&Fence>,
+) -> Result<(), StoreError> {
+    let row =
+        sqlx::query("SELECT holder, epoch, expires_at FROM session_leases WHERE session_id = ?")
+            .bind(session_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(q)?;
+    let lease = row
+        .map(|r| -> Result<_, StoreError> {
+            Ok((
+                r.try_get("holder").map_err(q)?,
+                r.try_get("epoch").map_err(q)?,
+                r.try_get("expires_at").map_err(q)?,
+            ))
+        })
+        .transpose()?;
+    match crate::fence_refusal(fence, lease, now_ms()) {
+        None => Ok(()),
+        Some(reason) => Err(crate::fenced(session_id, fence, reason)),
+    }
+}
+
+fn lease_of(session_id: &str, row: &sqlx::sqlite::SqliteRow) -> Result<Lease, StoreError> {
+    Ok(Lease {
+        session_id: session_id.to_owned(),
+        holder: row.try_get("holder").map_err(q)?,
+        acquired_at: row.try_get("acquired_at").map_err(q)?,
+        expires_at: row.try_get("expires_at").map_err(q)?,
+        epoch: row.try_get("epoch").map_err(q)?,
+    })
+}
+
+fn ttl_ms(ttl: std::time::Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
 #[async_trait]
 impl Leases for SqliteStore {
     async fn acquire(
@@ -367,30 +425,29 @@ impl Leases for SqliteStore {
         ttl: std::time::Duration,
     ) -> Result<Lease, StoreError> {
         let now = now_ms();
-        let expires = now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+        let expires = now.saturating_add(ttl_ms(ttl));
+        // `excluded.acquired_at` is now; a live lease of the same holder is renewed at its
+        // epoch, anything else taken at the next one.
         let taken = sqlx::query(
-            "INSERT INTO session_leases (session_id, holder, acquired_at, expires_at) VALUES (?, ?, ?, ?)
+            "INSERT INTO session_leases (session_id, holder, acquired_at, expires_at, epoch) VALUES (?, ?, ?, ?, 1)
              ON CONFLICT (session_id) DO UPDATE SET
-               acquired_at = CASE WHEN session_leases.holder = excluded.holder THEN session_leases.acquired_at ELSE excluded.acquired_at END,
+               epoch = CASE WHEN session_leases.holder = excluded.holder AND session_leases.expires_at > excluded.acquired_at
+                 THEN session_leases.epoch ELSE session_leases.epoch + 1 END,
+               acquired_at = CASE WHEN session_leases.holder = excluded.holder AND session_leases.expires_at > excluded.acquired_at
+                 THEN session_leases.acquired_at ELSE excluded.acquired_at END,
                holder = excluded.holder, expires_at = excluded.expires_at
-             WHERE session_leases.holder = excluded.holder OR session_leases.expires_at <= ?
-             RETURNING acquired_at",
+             WHERE session_leases.holder = excluded.holder OR session_leases.expires_at <= excluded.acquired_at
+             RETURNING holder, acquired_at, expires_at, epoch",
         )
         .bind(session_id)
         .bind(holder)
         .bind(now)
         .bind(expires)
-        .bind(now)
         .fetch_optional(&self.pool)
         .await
         .map_err(q)?;
         if let Some(row) = taken {
-            return Ok(Lease {
-                session_id: session_id.to_owned(),
-                holder: holder.to_owned(),
-                acquired_at: row.try_get(0).map_err(q)?,
-                expires_at: expires,
-            });
+            return lease_of(session_id, &row);
         }
         let row = sqlx::query(
             "SELECT holder, acquired_at, expires_at FROM session_leases WHERE session_id = ?",
@@ -407,13 +464,160 @@ impl Leases for SqliteStore {
         ))
     }
 
-    async fn release(&self, session_id: &str, holder: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM session_leases WHERE session_id = ? AND holder = ?")
-            .bind(session_id)
-            .bind(holder)
-            .execute(&self.pool)
+    async fn renew(
+        &self,
+        session_id: &str,
+        fence: &Fence,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        let now = now_ms();
+        let renewed = sqlx::query(
+            "UPDATE session_leases SET expires_at = ?
+             WHERE session_id = ? AND holder = ? AND epoch = ? AND expires_at > ?
+             RETURNING holder, acquired_at, expires_at, epoch",
+        )
+        .bind(now.saturating_add(ttl_ms(ttl)))
+        .bind(session_id)
+        .bind(&fence.holder)
+        .bind(fence.epoch)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q)?;
+        if let Some(row) = renewed {
+            return lease_of(session_id, &row);
+        }
+        let row = sqlx::query(
+            "SELECT holder, acquired_at, expires_at, epoch FROM session_leases WHERE session_id = ?",
+        )
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(q)?;
+        let Some(row) = row else {
+            return Err(crate::fenced(
+                session_id,
+                Some(fence),
+                "the session has no lease".to_owned(),
+            ));
+        };
+        let other = lease_of(session_id, &row)?;
+        let now = now_ms();
+        if other.holder != fence.holder && other.expires_at > now {
+            return Err(crate::held(
+                session_id,
+                other.holder,
+                other.acquired_at,
+                other.expires_at,
+            ));
+        }
+        let reason = crate::fence_refusal(
+            Some(fence),
+            Some((other.holder, other.epoch, other.expires_at)),
+            now,
+        )
+        .unwrap_or_else(|| "the lease changed while it was renewed".to_owned());
+        Err(crate::fenced(session_id, Some(fence), reason))
+    }
+
+    async fn release(&self, session_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE session_leases SET expires_at = MIN(expires_at, ?)
+             WHERE session_id = ? AND holder = ? AND epoch = ?",
+        )
+        .bind(now_ms())
+        .bind(session_id)
+        .bind(&fence.holder)
+        .bind(fence.epoch)
+        .execute(&self.pool)
+        .await
+        .map_err(q)?;
+        Ok(())
+    }
+
+    async fn revoke(&self, session_id: &str) -> Result<Option<Lease>, StoreError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.map_err(q)?;
+        let row = sqlx::query(
+            "SELECT holder, acquired_at, expires_at, epoch FROM session_leases WHERE session_id = ?",
+        )
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(q)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let old = lease_of(session_id, &row)?;
+        sqlx::query(
+            "UPDATE session_leases SET epoch = epoch + 1, expires_at = MIN(expires_at, ?) WHERE session_id = ?",
+        )
+        .bind(now)
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(q)?;
+        tx.commit().await.map_err(q)?;
+        Ok((old.expires_at > now).then_some(old))
+    }
+
+    async fn live(&self) -> Result<Vec<Lease>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT session_id, holder, acquired_at, expires_at, epoch FROM session_leases
+             WHERE expires_at > ? ORDER BY session_id",
+        )
+        .bind(now_ms())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        rows.iter()
+            .map(|r| lease_of(&r.try_get::<String, _>("session_id").map_err(q)?, r))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl crate::SharedValues for SqliteStore {
+    async fn get_value(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT value FROM shared_values WHERE key = ?1")
+            .bind(key)
+            .fetch_optional(&self.pool)
             .await
             .map_err(q)?;
+        row.map(|r| r.try_get::<String, _>("value").map_err(q))
+            .transpose()
+    }
+
+    async fn put_value(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO shared_values (key, value, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        )
+        .bind(key)
+        .bind(value)
+        .bind(claude_host_protocol::time::now_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(q)?;
         Ok(())
+    }
+
+    async fn values_under(&self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        // Not LIKE: a prefix may hold `%` or `_`.
+        let rows = sqlx::query(
+            "SELECT key, value FROM shared_values WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(q)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>("key").map_err(q)?,
+                    r.try_get::<String, _>("value").map_err(q)?,
+                ))
+            })
+            .collect()
     }
 }

@@ -21,6 +21,7 @@ pub(crate) fn rec(id: &str, updated: i64) -> SessionRecord {
         archived: false,
         read: false,
         host: None,
+        decisions: None,
     }
 }
 
@@ -29,12 +30,12 @@ async fn put_get_list_archive_delete_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/host.sqlite");
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 3);
-    store.put(&rec("a", 10)).await.unwrap();
-    store.put(&rec("b", 20)).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 5);
+    store.put(&rec("a", 10), None).await.unwrap();
+    store.put(&rec("b", 20), None).await.unwrap();
     let mut c = rec("c", 30);
     c.archived = true;
-    store.put(&c).await.unwrap();
+    store.put(&c, None).await.unwrap();
     let ids: Vec<String> = store
         .list(false)
         .await
@@ -48,7 +49,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     let mut a2 = rec("a", 40);
     a2.created_at = 999;
     a2.title = None;
-    store.put(&a2).await.unwrap();
+    store.put(&a2, None).await.unwrap();
     let a = store.get("a").await.unwrap().unwrap();
     assert_eq!((a.created_at, a.updated_at, a.title), (1, 40, None));
     assert!(store.delete("b").await.unwrap());
@@ -57,7 +58,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     // Reopening keeps the data and does not re-run migrations.
     let store = SqliteStore::open(&path).await.unwrap();
     assert!(store.get("c").await.unwrap().unwrap().archived);
-    assert_eq!(store.schema_version().await.unwrap(), 3);
+    assert_eq!(store.schema_version().await.unwrap(), 5);
 }
 
 #[tokio::test]
@@ -74,7 +75,7 @@ async fn a_newer_schema_is_refused_and_garbage_is_a_clear_error() {
             err,
             StoreError::TooNew {
                 found: 99,
-                known: 3
+                known: 5
             }
         ),
         "{err}"
@@ -120,7 +121,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
         .unwrap();
     }
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 3);
+    assert_eq!(store.schema_version().await.unwrap(), 5);
     // Every pooled connection sees the new columns (none loaded the old schema).
     let lists = tokio::join!(
         store.list(true),
@@ -137,7 +138,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
     let mut named = rec("new", 3);
     named.resource = Some("claude:/new".into());
     named.read = true;
-    store.put(&named).await.unwrap();
+    store.put(&named, None).await.unwrap();
     let back = store.get("new").await.unwrap().unwrap();
     assert_eq!(back.resource.as_deref(), Some("claude:/new"));
     assert!(back.read);

@@ -847,6 +847,9 @@ pub fn mcp_state(status: &Value) -> McpServerState {
     }
 }
 
+/// The shared store's key of the global decisions (`SharedValues`).
+pub const GLOBAL_DECISIONS_KEY: &str = "customizations/global";
+
 /// Explicit decisions by id, as kept on disk (session scope per session, global scope for the
 /// host).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

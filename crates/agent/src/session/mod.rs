@@ -661,6 +661,15 @@ impl SessionHandle {
         self.0.commands.closed().await;
     }
 
+    /// This host may no longer drive the session: its CLI is killed, the running turn ends
+    /// with `message`, and the session closes. Returns once it has.
+    pub async fn lease_lost(&self, message: String) {
+        let _ = self
+            .ask(|reply| Command::LeaseLost { message, reply })
+            .await;
+        self.0.commands.closed().await;
+    }
+
     /// Resolves when the session's task has ended.
     pub async fn closed(&self) {
         self.0.commands.closed().await;
@@ -789,6 +798,8 @@ pub(crate) fn spawn_standalone(s: StandaloneSession) -> SessionHandle {
         ),
         dir: None,
         global: None,
+        stored: None,
+        stored_global: None,
     };
     spawn(SessionSpec {
         customs,

@@ -161,6 +161,12 @@ pub(crate) enum Command {
     Close {
         reply: oneshot::Sender<()>,
     },
+    /// This host may no longer drive the session (its lease ran out or another host has it):
+    /// the CLI is killed at once, the running turn ends with `message`, the session closes.
+    LeaseLost {
+        message: String,
+        reply: oneshot::Sender<()>,
+    },
     /// A client's interactive terminal.
     CreateTerminal {
         terminal: Box<terminals::NewTerminal>,
@@ -237,6 +243,11 @@ pub(crate) enum Internal {
     },
     /// Move a waiting turn or the queue forward (from a handler that cannot await).
     Pump,
+    /// The mirror stored a completed turn's lines under the lease (or could not).
+    Stored {
+        turn_id: String,
+        result: Result<(), String>,
+    },
     /// Claude Code calls a client's tool (through the in-process MCP server).
     ClientTool {
         generation: u64,
@@ -344,6 +355,10 @@ pub(crate) struct SessionSpec {
 pub(crate) struct SessionDurable {
     pub mirror: crate::mirror::Mirror,
     pub host: String,
+    /// The lease the session's writes are made under (`None`: running unleased by choice).
+    pub fence: Option<claude_host_store::Fence>,
+    /// The database (its shared values hold the global customization decisions).
+    pub db: claude_host_store::Database,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -383,6 +398,9 @@ struct ActiveTurn {
     /// idle, not at a `result` (the CLI may report one for the interrupted answer before the
     /// request that carries the steering message).
     steered: bool,
+    /// The turn's completion, held back until the mirror has stored its lines under the
+    /// session's lease (a shared store): a turn a client saw complete is on every host.
+    storing: Option<Vec<StateAction>>,
     done: Option<Done>,
 }
 
@@ -1128,6 +1146,20 @@ impl Task {
                 self.closing = true;
                 self.save_active_summary();
             }
+            Command::LeaseLost { message, reply } => {
+                tracing::error!(session = %self.id, %message, "this host stops driving the session");
+                // Killed before anything else: nothing it would write from now on counts.
+                if let Cli::Live(cli) = &self.cli {
+                    cli.kill();
+                }
+                self.fail_turn(
+                    "leaseLost",
+                    &message,
+                    ChatSessionError::Refused(message.clone()),
+                );
+                self.close_waiters.push(reply);
+                self.closing = true;
+            }
             Command::ChangesetOperation {
                 scope,
                 operation,
@@ -1320,7 +1352,10 @@ fn refuse_command(cmd: Command) {
         Command::Fork { reply, .. } => {
             let _ = reply.send(Err(ChatSessionError::Closed));
         }
-        Command::Close { reply } | Command::Abort { reply } | Command::Flush { reply } => {
+        Command::Close { reply }
+        | Command::LeaseLost { reply, .. }
+        | Command::Abort { reply }
+        | Command::Flush { reply } => {
             let _ = reply.send(());
         }
         Command::UpdateOptions { reply, .. } => {

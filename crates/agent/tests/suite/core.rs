@@ -479,10 +479,14 @@ struct FlakyStore {
 
 #[async_trait::async_trait]
 impl Store for FlakyStore {
-    async fn put(&self, record: &SessionRecord) -> Result<(), StoreError> {
+    async fn put(
+        &self,
+        record: &SessionRecord,
+        fence: Option<&claude_host_store::Fence>,
+    ) -> Result<(), StoreError> {
         self.writes
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.put(record).await
+        self.inner.put(record, fence).await
     }
     async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         if self.fail_reads.load(std::sync::atomic::Ordering::SeqCst) {
@@ -514,6 +518,7 @@ async fn an_unreadable_store_record_is_never_overwritten() {
         resource: None,
         read: false,
         host: None,
+        decisions: None,
         title: Some("Archived long ago".into()),
         model: None,
         effort: None,
@@ -523,7 +528,7 @@ async fn an_unreadable_store_record_is_never_overwritten() {
         updated_at: 2,
         archived: true,
     };
-    store.inner.put(&kept).await.unwrap();
+    store.inner.put(&kept, None).await.unwrap();
     store
         .fail_reads
         .store(true, std::sync::atomic::Ordering::SeqCst);

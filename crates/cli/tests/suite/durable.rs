@@ -267,7 +267,7 @@ impl Ws {
 
     /// Creates a session in `m`'s work folder under a `claude:/` URI VS Code would choose and
     /// subscribes to it and its chat: (session URI, session id, chat URI).
-    async fn new_session(&mut self, m: &Machine) -> (String, String, String) {
+    pub(crate) async fn new_session(&mut self, m: &Machine) -> (String, String, String) {
         let id = uuid();
         let session = format!("claude:/{id}");
         let work = claude_host_protocol::uri::file_uri(&m.dir.path().join("work"));
@@ -322,9 +322,14 @@ impl Drop for Serve {
 
 /// A `serve` of machine `m` on `db`, with short leases.
 fn serve(h: &Host, m: &Machine, db: &str) -> (Serve, u16) {
+    serve_leased(h, m, db, 2)
+}
+
+/// A `serve` of machine `m` on `db`, with leases of `secs`.
+fn serve_leased(h: &Host, m: &Machine, db: &str, secs: u64) -> (Serve, u16) {
     let mut c = m.cmd(h, db);
     c.env("CLAUDE_HOST_CONNECTION_TOKEN", "durable-test-token")
-        .env("CLAUDE_HOST_SESSION_LEASE_SECS", "2");
+        .env("CLAUDE_HOST_SESSION_LEASE_SECS", secs.to_string());
     let (child, port, _) = super::serve::start(c);
     (Serve(child), port)
 }
@@ -492,7 +497,7 @@ pub(crate) fn uuid() -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_restarted_mid_turn_the_turn_completes_and_the_store_catches_up() {
+async fn postgres_restarted_mid_turn_the_turn_completes_once_the_store_has_caught_up() {
     // A cluster of its own: this test stops it.
     let pg = PgCluster::start().unwrap();
     let db = pg.create_database().unwrap();
@@ -507,7 +512,9 @@ async fn postgres_restarted_mid_turn_the_turn_completes_and_the_store_catches_up
     h.fake
         .push(always(Match::HasToolResult, Reply::text("Made it.")));
     let a = Machine::new();
-    let (mut serve_a, port) = serve(&h, &a, &db);
+    // A restart shorter than the lease: the host keeps driving the session (a longer outage
+    // stops it: see the partition tests).
+    let (mut serve_a, port) = serve_leased(&h, &a, &db, 30);
     let mut w = Ws::connect(port, "durable-test-token").await;
     let (_, id, chat) = w.new_session(&a).await;
     let turn = w.turn(&chat, "make a file").await;
@@ -525,16 +532,31 @@ async fn postgres_restarted_mid_turn_the_turn_completes_and_the_store_catches_up
             "toolCallId": ready["action"]["toolCallId"], "approved": true, "confirmed": "user-action"}),
     )
     .await;
+    // The turn goes on while the database is down; its completion waits for the store.
+    let made = a.dir.path().join("work/made.txt");
+    until("the tool ran", || made.exists()).await;
+    pg.resume().unwrap();
     let end = w.turn_end(&turn).await;
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
-    assert!(a.dir.path().join("work/made.txt").exists());
-    pg.resume().unwrap();
+    // Reported complete only once stored: the turn's answer is in the store already.
+    let after = stored(&pg, &db, &id);
+    assert!(after > stored_before);
+    let name = db.rsplit('/').next().unwrap();
+    let answer = pg
+        .psql(
+            name,
+            &format!("SELECT COUNT(*) FROM transcript_entries WHERE session_id = '{id}' AND entry::text LIKE '%Made it.%'"),
+        )
+        .unwrap();
+    assert_ne!(
+        answer, "0",
+        "the turn's answer was stored before the turn completed"
+    );
     let file = a.transcripts().pop().unwrap();
     until("the store catches up with the local file", || {
         stored(&pg, &db, &id) == lines(&file)
     })
     .await;
-    assert!(stored(&pg, &db, &id) > stored_before);
     super::serve::stop(&mut serve_a.0);
 }
 

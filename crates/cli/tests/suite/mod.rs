@@ -7,6 +7,8 @@ mod e2e;
 mod install;
 mod interactive;
 mod models;
+mod partition;
+mod relay;
 mod serve;
 
 use claude_host_testkit::fake::FakeUpstream;

@@ -42,9 +42,13 @@ async fn append_then_load_keeps_order_and_bytes_and_skips_stored_uuids() {
                 .to_owned(),
             line("u2", "tab\tnul\u{0}end"),
         ];
-        assert_eq!(t.append(&k, &batch1).await.unwrap(), 3, "{name}");
+        assert_eq!(t.append(&k, &batch1, None).await.unwrap(), 3, "{name}");
         let batch2 = vec![line("u2", "again"), line("u3", "third")];
-        assert_eq!(t.append(&k, &batch2).await.unwrap(), 1, "{name}: u2 once");
+        assert_eq!(
+            t.append(&k, &batch2, None).await.unwrap(),
+            1,
+            "{name}: u2 once"
+        );
         let loaded = t.load(&k).await.unwrap().unwrap();
         let want = [batch1.clone(), vec![batch2[1].clone()]].concat();
         assert_eq!(loaded, want, "{name}");
@@ -67,12 +71,12 @@ async fn unknown_keys_load_none_and_subpaths_are_isolated() {
         let main = key("-p", "s", None);
         let sub_a = key("-p", "s", Some("subagents/agent-a"));
         let sub_b = key("-p", "s", Some("subagents/agent-b"));
-        t.append(&main, &[line("m1", "main")]).await.unwrap();
+        t.append(&main, &[line("m1", "main")], None).await.unwrap();
         // The same uuid under another subpath is another entry.
-        t.append(&sub_a, &[line("m1", "a"), line("a2", "a")])
+        t.append(&sub_a, &[line("m1", "a"), line("a2", "a")], None)
             .await
             .unwrap();
-        t.append(&sub_b, &[line("b1", "b")]).await.unwrap();
+        t.append(&sub_b, &[line("b1", "b")], None).await.unwrap();
         assert_eq!(t.load(&main).await.unwrap().unwrap().len(), 1, "{name}");
         assert_eq!(t.load(&sub_a).await.unwrap().unwrap().len(), 2, "{name}");
         assert_eq!(t.load(&sub_b).await.unwrap().unwrap().len(), 1, "{name}");
@@ -96,7 +100,7 @@ async fn unknown_keys_load_none_and_subpaths_are_isolated() {
         ] {
             assert!(
                 matches!(
-                    t.append(&bad, &[line("x", "x")]).await,
+                    t.append(&bad, &[line("x", "x")], None).await,
                     Err(StoreError::InvalidKey(_))
                 ),
                 "{name}: {bad:?}"
@@ -110,13 +114,13 @@ async fn sessions_are_listed_by_mtime_and_deleted_in_scope() {
     let (_dir, dbs) = backends().await;
     for (name, db) in dbs {
         let t = &db.transcripts;
-        t.append(&key("-p", "old", None), &[line("o", "x")])
+        t.append(&key("-p", "old", None), &[line("o", "x")], None)
             .await
             .unwrap();
         // Listing is by the time entries were stored: make the second one later for certain.
         let first_mtime = t.list_sessions("-p").await.unwrap()[0].mtime;
         loop {
-            t.append(&key("-p", "new", None), &[line(&uuid(), "x")])
+            t.append(&key("-p", "new", None), &[line(&uuid(), "x")], None)
                 .await
                 .unwrap();
             if t.list_sessions("-p").await.unwrap()[0].mtime > first_mtime {
@@ -126,10 +130,11 @@ async fn sessions_are_listed_by_mtime_and_deleted_in_scope() {
         t.append(
             &key("-p", "new", Some("subagents/agent-x")),
             &[line("s", "x")],
+            None,
         )
         .await
         .unwrap();
-        t.append(&key("-q", "elsewhere", None), &[line("e", "x")])
+        t.append(&key("-q", "elsewhere", None), &[line("e", "x")], None)
             .await
             .unwrap();
         let listed: Vec<String> = t
@@ -155,6 +160,7 @@ async fn sessions_are_listed_by_mtime_and_deleted_in_scope() {
         t.append(
             &key("-p", "new", Some("subagents/agent-y")),
             &[line("y", "x")],
+            None,
         )
         .await
         .unwrap();
@@ -193,7 +199,7 @@ async fn a_thousand_concurrent_appends_lose_nothing_and_keep_each_batch_in_order
                 tokio::spawn(async move {
                     let batch: Vec<String> =
                         (0..3).map(|i| line(&format!("{b}-{i}"), "x")).collect();
-                    t.append(&k, &batch).await.unwrap()
+                    t.append(&k, &batch, None).await.unwrap()
                 })
             })
             .collect();
@@ -256,18 +262,160 @@ async fn one_holder_per_session_until_the_lease_runs_out() {
             .await
             .unwrap();
         assert_eq!(taken.holder, "host-b", "{name}");
-        // Released: free for the next.
-        l.release("s", "host-a").await.unwrap();
-        l.acquire("s", "host-b", Duration::from_secs(60))
+        // Released: free for the next, at a higher epoch.
+        l.release("s", &a.fence()).await.unwrap();
+        let b = l
+            .acquire("s", "host-b", Duration::from_secs(60))
             .await
             .unwrap();
-        // Someone else's release does nothing.
-        l.release("s", "host-a").await.unwrap();
+        assert!(b.epoch > a.epoch, "{name}: {b:?} after {a:?}");
+        // A release under an old fence does nothing.
+        l.release("s", &a.fence()).await.unwrap();
         assert!(
             l.acquire("s", "host-a", Duration::from_secs(60))
                 .await
                 .is_err(),
             "{name}"
+        );
+        // Renewing keeps the epoch; a renewal under an old fence says who holds it.
+        assert_eq!(
+            l.renew("s", &b.fence(), Duration::from_secs(60))
+                .await
+                .unwrap()
+                .epoch,
+            b.epoch
+        );
+        match l.renew("s", &a.fence(), Duration::from_secs(60)).await {
+            Err(StoreError::Held { holder, .. }) => assert_eq!(holder, "host-b", "{name}"),
+            other => panic!("{name}: {other:?}"),
+        }
+        let live = l.live().await.unwrap();
+        assert!(
+            live.iter()
+                .any(|x| x.session_id == "s" && x.holder == "host-b"),
+            "{name}: {live:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_carry_the_lease_epoch_and_stale_ones_are_refused() {
+    let (_dir, dbs) = backends().await;
+    for (name, db) in dbs {
+        let (l, t) = (&db.leases, &db.transcripts);
+        let k = key("-w", "f", None);
+        let a = l
+            .acquire("f", "host-a", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            t.append(&k, &[line("a1", "a")], Some(&a.fence()))
+                .await
+                .unwrap(),
+            1
+        );
+        // Unleased writes and forged holders are refused while A holds it.
+        let forged = claude_host_store::Fence {
+            holder: "host-x".into(),
+            epoch: a.epoch,
+        };
+        for fence in [None, Some(&forged)] {
+            match t.append(&k, &[line("x1", "x")], fence).await {
+                Err(StoreError::Fenced {
+                    session_id, reason, ..
+                }) => {
+                    assert_eq!(session_id, "f");
+                    assert!(reason.contains("host-a"), "{name}: {reason}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            assert!(matches!(
+                db.metadata.put(&crate::rec("f", 1), fence).await,
+                Err(StoreError::Fenced { .. })
+            ));
+        }
+        // A's lease runs out (edited by hand here) and B takes over: A's writes are refused,
+        // in the same transaction, with nothing stored.
+        let dbname = db.location.rsplit('/').next().unwrap().to_owned();
+        if name == "postgres" {
+            PgCluster::shared()
+                .psql(
+                    &dbname,
+                    "UPDATE session_leases SET expires_at = 0 WHERE session_id = 'f'",
+                )
+                .unwrap();
+        } else {
+            l.release("f", &a.fence()).await.unwrap();
+        }
+        assert!(
+            matches!(
+                t.append(&k, &[line("a2", "late")], Some(&a.fence())).await,
+                Err(StoreError::Fenced { .. })
+            ),
+            "{name}: a write after the lease ran out"
+        );
+        let b = l
+            .acquire("f", "host-b", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(b.epoch > a.epoch);
+        match t.append(&k, &[line("a3", "stale")], Some(&a.fence())).await {
+            Err(StoreError::Fenced { writer, reason, .. }) => {
+                assert_eq!(writer, Some(a.fence()));
+                assert!(reason.contains("host-b"), "{name}: {reason}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert!(matches!(
+            db.metadata.put(&crate::rec("f", 2), Some(&a.fence())).await,
+            Err(StoreError::Fenced { .. })
+        ));
+        assert!(matches!(
+            l.renew("f", &a.fence(), Duration::from_secs(60)).await,
+            Err(StoreError::Held { .. })
+        ));
+        assert_eq!(
+            t.append(&k, &[line("b1", "b")], Some(&b.fence()))
+                .await
+                .unwrap(),
+            1
+        );
+        db.metadata
+            .put(&crate::rec("f", 3), Some(&b.fence()))
+            .await
+            .unwrap();
+        let stored = t.load(&k).await.unwrap().unwrap();
+        assert_eq!(stored, vec![line("a1", "a"), line("b1", "b")], "{name}");
+        // Revoked (`sessions release`): B's writes are refused from then on, and the next
+        // holder's epoch is higher still.
+        let revoked = l.revoke("f").await.unwrap().unwrap();
+        assert_eq!(revoked.holder, "host-b");
+        assert!(matches!(
+            t.append(&k, &[line("b2", "b")], Some(&b.fence())).await,
+            Err(StoreError::Fenced { .. })
+        ));
+        let c = l
+            .acquire("f", "host-c", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(c.epoch > b.epoch + 1, "{name}: {c:?}");
+        // A lease row whose epoch was set back by hand: the holder's fence no longer matches.
+        if name == "postgres" {
+            PgCluster::shared()
+                .psql(
+                    &dbname,
+                    "UPDATE session_leases SET epoch = 1 WHERE session_id = 'f'",
+                )
+                .unwrap();
+            assert!(matches!(
+                t.append(&k, &[line("c1", "c")], Some(&c.fence())).await,
+                Err(StoreError::Fenced { .. })
+            ));
+        }
+        assert_eq!(
+            t.count(&k).await.unwrap(),
+            2,
+            "{name}: nothing lost, nothing added"
         );
     }
 }
@@ -279,17 +427,64 @@ async fn metadata_round_trips_with_its_host() {
         let mut r = crate::rec("m", 5);
         r.host = Some("box-1".into());
         r.read = true;
-        db.metadata.put(&r).await.unwrap();
+        r.decisions = Some(r#"{"by_id":{}}"#.into());
+        db.metadata.put(&r, None).await.unwrap();
         // A write that does not know the host keeps the one stored.
         let mut again = r.clone();
         again.host = None;
         again.updated_at = 6;
-        db.metadata.put(&again).await.unwrap();
+        db.metadata.put(&again, None).await.unwrap();
         let back = db.metadata.get("m").await.unwrap().unwrap();
         assert_eq!(back.host.as_deref(), Some("box-1"), "{name}");
+        assert_eq!(
+            back.decisions.as_deref(),
+            Some(r#"{"by_id":{}}"#),
+            "{name}: decisions kept by a record without them"
+        );
         assert_eq!(back.updated_at, 6);
         assert!(back.read);
         assert_eq!(db.metadata.list(false).await.unwrap().len(), 1, "{name}");
         assert!(db.metadata.delete("m").await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_values_are_set_whole_and_listed_by_a_literal_prefix() {
+    let (_dir, dbs) = backends().await;
+    for (name, db) in dbs {
+        let s = &db.shared;
+        assert_eq!(
+            s.get_value("customizations/global").await.unwrap(),
+            None,
+            "{name}"
+        );
+        s.put_value("customizations/global", "{\"a\":1}")
+            .await
+            .unwrap();
+        s.put_value("customizations/global", "{\"b\":2}")
+            .await
+            .unwrap();
+        assert_eq!(
+            s.get_value("customizations/global")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("{\"b\":2}"),
+            "{name}: the last write wins"
+        );
+        s.put_value("usage/2026-11-28/h1", "1").await.unwrap();
+        s.put_value("usage/2026-11-28/h2", "2").await.unwrap();
+        s.put_value("usage/2026-11-29/h1", "3").await.unwrap();
+        // `_` and `%` are no wildcards.
+        s.put_value("usageX2026-11-28/h3", "4").await.unwrap();
+        assert_eq!(
+            s.values_under("usage/2026-11-28/").await.unwrap(),
+            vec![
+                ("usage/2026-11-28/h1".to_owned(), "1".to_owned()),
+                ("usage/2026-11-28/h2".to_owned(), "2".to_owned())
+            ],
+            "{name}"
+        );
+        assert_eq!(s.values_under("usage_").await.unwrap(), vec![], "{name}");
     }
 }

@@ -152,6 +152,12 @@ impl Task {
             }
             self.adopt();
         }
+        if self.turn.as_ref().is_some_and(|t| t.storing.is_some()) {
+            // The turn is over, its completion waits for the store (moments, bounded by the
+            // lease): the CLI has gone idle, nothing of it is to be shown.
+            tracing::debug!(session = %self.id, "a frame while the completed turn is stored; skipped");
+            return;
+        }
         let Some(mut turn) = self.turn.take() else {
             return;
         };
@@ -207,7 +213,7 @@ impl Task {
         } else if idle_adopted && let Some(turn) = self.turn.as_mut() {
             tracing::debug!(session = %self.id, turn = %turn.id, "a turn of the CLI's own ended idle");
             let end = turn.mapper.complete();
-            self.finish_turn(end, Ok(()));
+            self.complete_turn(end);
         }
     }
 
@@ -225,7 +231,12 @@ impl Task {
         self.end_all_subagents(|| {
             subagents::ChildEnd::Failed("the Claude Code CLI exited".to_owned())
         });
-        if self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent) {
+        // A turn whose result came is over whatever the CLI does now; it waits for the store.
+        if self
+            .turn
+            .as_ref()
+            .is_some_and(|t| t.phase == Phase::Sent && t.storing.is_none())
+        {
             self.fail_turn(
                 "cli_exited",
                 &error.to_string(),
@@ -480,6 +491,7 @@ impl Task {
                     self.refuse(&tool_use_id, w);
                 }
             }
+            Internal::Stored { turn_id, result } => self.turn_stored(&turn_id, result),
             Internal::Applied { generation, result } => {
                 self.applied(generation, result);
                 self.pump().await;

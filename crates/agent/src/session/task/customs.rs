@@ -26,6 +26,12 @@ pub(crate) struct CustomsSpec {
     pub dir: Option<PathBuf>,
     /// The host's global decisions file.
     pub global: Option<PathBuf>,
+    /// The session's decisions as the shared store keeps them (they win over the file: the
+    /// session may have moved here from another host).
+    pub stored: Option<Decisions>,
+    /// The global decisions as the shared store keeps them (they win over the host's file:
+    /// every host of the store shares them).
+    pub stored_global: Option<Decisions>,
 }
 
 /// The task's part of it.
@@ -53,16 +59,18 @@ pub(crate) struct Customs {
 
 impl Customs {
     pub(crate) fn new(spec: CustomsSpec) -> Customs {
-        let session_decisions = spec
-            .dir
-            .as_ref()
-            .map(|d| Decisions::load(&d.join("decisions.json")))
-            .unwrap_or_default();
-        let global = spec
-            .global
-            .as_ref()
-            .map(|g| Decisions::load(g))
-            .unwrap_or_default();
+        let session_decisions = spec.stored.clone().unwrap_or_else(|| {
+            spec.dir
+                .as_ref()
+                .map(|d| Decisions::load(&d.join("decisions.json")))
+                .unwrap_or_default()
+        });
+        let global = spec.stored_global.clone().unwrap_or_else(|| {
+            spec.global
+                .as_ref()
+                .map(|g| Decisions::load(g))
+                .unwrap_or_default()
+        });
         Customs {
             spec,
             discovered: Discovered::default(),
@@ -325,7 +333,16 @@ impl Task {
         Ok(())
     }
 
-    fn save_decisions(&self) {
+    /// The session's decisions as the shared store keeps them.
+    pub(super) fn decisions_json(&self) -> Option<String> {
+        serde_json::to_string(&self.customs.session_decisions).ok()
+    }
+
+    fn save_decisions(&mut self) {
+        // With a shared store they travel with the session's record (written under its lease).
+        if self.durable.is_some() {
+            self.save();
+        }
         if let Some(dir) = &self.customs.spec.dir
             && let Err(e) = self
                 .customs
@@ -338,6 +355,25 @@ impl Task {
             && let Err(e) = self.customs.global.save(g)
         {
             tracing::warn!(error = %e, "global customization decisions not saved");
+        }
+        // Every host of a shared store uses the same global decisions.
+        if let Some(d) = &self.durable {
+            match serde_json::to_string(&self.customs.global) {
+                Ok(json) => {
+                    let shared = d.db.shared.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = shared
+                            .put_value(crate::customizations::GLOBAL_DECISIONS_KEY, &json)
+                            .await
+                        {
+                            tracing::warn!(error = %e, "global customization decisions not saved in the shared store");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "global customization decisions not serialisable")
+                }
+            }
         }
     }
 

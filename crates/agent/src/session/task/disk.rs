@@ -175,17 +175,19 @@ impl Task {
             archived: self.archived,
             read: self.read,
             host: self.durable.as_ref().map(|d| d.host.clone()),
+            decisions: self.durable.as_ref().and_then(|_| self.decisions_json()),
         };
         self.overlay = Overlay::Known(Some(record.clone()));
         self.saved += 1;
         let writer = self.writer.get_or_insert_with(|| {
             let (records, mut rx) = watch::channel::<Option<(u64, SessionRecord)>>(None);
             let (done, written) = watch::channel(0u64);
+            let fence = self.durable.as_ref().and_then(|d| d.fence.clone());
             let job = tokio::spawn(async move {
                 while rx.changed().await.is_ok() {
                     let next = rx.borrow_and_update().clone();
                     let Some((version, r)) = next else { continue };
-                    if let Err(e) = store.put(&r).await {
+                    if let Err(e) = store.put(&r, fence.as_ref()).await {
                         tracing::warn!(session = %r.id, error = %e, "could not save the session overlay");
                     }
                     let _ = done.send(version);

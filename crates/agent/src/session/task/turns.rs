@@ -81,6 +81,7 @@ impl Task {
             ours: None,
             held: None,
             steered: false,
+            storing: None,
             done,
         });
     }
@@ -231,7 +232,60 @@ impl Task {
             return;
         };
         let end = turn.mapper.finish(result);
-        self.finish_turn(end, Ok(()));
+        self.complete_turn(end);
+    }
+
+    /// Ends the running turn with `end`. A completion under a lease is held back until the
+    /// mirror has stored the turn's lines (`Internal::Stored`): a client must not see a turn
+    /// complete that the next host will not have. Without a lease (no shared store, or
+    /// unleased by choice) it ends at once, as before.
+    pub(super) fn complete_turn(&mut self, end: Vec<StateAction>) {
+        let completes = end
+            .iter()
+            .any(|a| matches!(a, StateAction::ChatTurnComplete(_)));
+        let mirror = self
+            .durable
+            .as_ref()
+            .filter(|d| d.fence.is_some())
+            .map(|d| d.mirror.clone());
+        match (completes, mirror, self.turn.as_mut()) {
+            (true, Some(mirror), Some(turn)) => {
+                turn.storing = Some(end);
+                let session = self.id.clone();
+                let turn_id = turn.id.clone();
+                let tx = self.internal_tx.clone();
+                tokio::spawn(async move {
+                    let result = mirror.stored(&session).await;
+                    let _ = tx.send(Internal::Stored { turn_id, result });
+                });
+            }
+            _ => self.finish_turn(end, Ok(())),
+        }
+    }
+
+    /// The mirror answered for a completed turn held back for it.
+    pub(super) fn turn_stored(&mut self, turn_id: &str, result: Result<(), String>) {
+        let Some(turn) = self.turn.as_mut().filter(|t| t.id == turn_id) else {
+            // The turn ended meanwhile (its lease was lost, it was cancelled).
+            return;
+        };
+        let Some(end) = turn.storing.take() else {
+            return;
+        };
+        match result {
+            Ok(()) => self.finish_turn(end, Ok(())),
+            Err(why) => {
+                let message = format!(
+                    "the turn finished but could not be stored in the shared session store ({why}); it is not complete"
+                );
+                tracing::error!(session = %self.id, turn = %turn_id, %message, "a completed turn was not stored");
+                self.fail_turn(
+                    "notStored",
+                    &message,
+                    ChatSessionError::Refused(message.clone()),
+                );
+            }
+        }
     }
 
     /// Ends the running turn as cancelled now; the CLI is interrupted and its remaining frames
