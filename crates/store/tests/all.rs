@@ -30,7 +30,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/host.sqlite");
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 5);
+    assert_eq!(store.schema_version().await.unwrap(), 6);
     store.put(&rec("a", 10), None).await.unwrap();
     store.put(&rec("b", 20), None).await.unwrap();
     let mut c = rec("c", 30);
@@ -58,7 +58,7 @@ async fn put_get_list_archive_delete_and_reopen() {
     // Reopening keeps the data and does not re-run migrations.
     let store = SqliteStore::open(&path).await.unwrap();
     assert!(store.get("c").await.unwrap().unwrap().archived);
-    assert_eq!(store.schema_version().await.unwrap(), 5);
+    assert_eq!(store.schema_version().await.unwrap(), 6);
 }
 
 #[tokio::test]
@@ -75,7 +75,7 @@ async fn a_newer_schema_is_refused_and_garbage_is_a_clear_error() {
             err,
             StoreError::TooNew {
                 found: 99,
-                known: 5
+                known: 6
             }
         ),
         "{err}"
@@ -121,7 +121,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
         .unwrap();
     }
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 5);
+    assert_eq!(store.schema_version().await.unwrap(), 6);
     // Every pooled connection sees the new columns (none loaded the old schema).
     let lists = tokio::join!(
         store.list(true),

@@ -49,6 +49,8 @@ pub fn turn_markdown(turn: &serde_json::Value) -> String {
 /// *ring* provider, which reqwest needs installed before it builds a client.
 pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // A panic here is the calling test's failure, which is what a test helper should give.
+    #[allow(clippy::expect_used)]
     reqwest::Client::builder()
         .no_proxy()
         .build()

@@ -45,20 +45,20 @@ async fn a_newer_schema_is_refused_and_changes_nothing() {
     let pg = PgCluster::shared();
     let url = pg.create_database().unwrap();
     let store = PgStore::connect(&url).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 3);
+    assert_eq!(store.schema_version().await.unwrap(), 4);
     drop(store);
     let db = url.rsplit('/').next().unwrap().to_owned();
     pg.psql(&db, "UPDATE claude_host_schema SET version = 7")
         .unwrap();
     match PgStore::connect(&url).await {
-        Err(StoreError::TooNew { found: 7, known: 3 }) => {}
+        Err(StoreError::TooNew { found: 7, known: 4 }) => {}
         other => panic!("{other:?}"),
     }
-    pg.psql(&db, "UPDATE claude_host_schema SET version = 3")
+    pg.psql(&db, "UPDATE claude_host_schema SET version = 4")
         .unwrap();
     // Two hosts starting on a fresh database at once: one migrates, both open.
     let url2 = pg.create_database().unwrap();
     let (a, b) = tokio::join!(PgStore::connect(&url2), PgStore::connect(&url2));
-    assert_eq!(a.unwrap().schema_version().await.unwrap(), 3);
-    assert_eq!(b.unwrap().schema_version().await.unwrap(), 3);
+    assert_eq!(a.unwrap().schema_version().await.unwrap(), 4);
+    assert_eq!(b.unwrap().schema_version().await.unwrap(), 4);
 }
