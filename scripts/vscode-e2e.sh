@@ -92,6 +92,15 @@ say "running (at most ${limit}s)"
 cd "$root/e2e/vscode"
 start=$(date +%s)
 status=0
-timeout --kill-after=30 "$limit" node --test --test-concurrency=1 --test-reporter=spec "$@" ./*.test.mjs || status=$?
+# CLAUDE_HOST_E2E_SKIP: scenario files left out, by name, each said aloud (CI leaves out the
+# ones failing for a known, open reason; docs/AHP.md, "The real VS Code").
+files=()
+for f in ./*.test.mjs; do
+  case " ${CLAUDE_HOST_E2E_SKIP:-} " in
+    *" ${f#./} "*) say "SKIPPED ${f#./} (CLAUDE_HOST_E2E_SKIP)" ;;
+    *) files+=("$f") ;;
+  esac
+done
+timeout --kill-after=30 "$limit" node --test --test-concurrency=1 --test-reporter=spec "$@" "${files[@]}" || status=$?
 say "finished in $(($(date +%s) - start))s with status $status; artifacts of failed steps in $out"
 exit "$status"
