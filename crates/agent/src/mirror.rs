@@ -329,12 +329,7 @@ impl Worker {
     /// Stores what the session's files hold now, then answers (or, a file behind, keeps the
     /// caller waiting for a retry or the end of the lease).
     async fn store_session(&mut self, session: &str, reply: oneshot::Sender<Result<(), String>>) {
-        let files: Vec<PathBuf> = self
-            .tails
-            .iter()
-            .filter(|(_, t)| t.key.session_id == session)
-            .map(|(f, _)| f.clone())
-            .collect();
+        let files = self.files_of(session);
         for f in files {
             self.sync(&f).await;
         }
@@ -350,6 +345,15 @@ impl Worker {
         } else {
             let _ = reply.send(Ok(()));
         }
+    }
+
+    /// The files the mirror follows for `session` (its transcript and its subagents').
+    fn files_of(&self, session: &str) -> Vec<PathBuf> {
+        self.tails
+            .iter()
+            .filter(|(_, t)| t.key.session_id == session)
+            .map(|(f, _)| f.clone())
+            .collect()
     }
 
     fn session_behind(&self, session: &str) -> bool {
@@ -382,12 +386,7 @@ impl Worker {
         for reply in self.waiting.remove(session).unwrap_or_default() {
             let _ = reply.send(Err(why.to_owned()));
         }
-        let files: Vec<PathBuf> = self
-            .tails
-            .iter()
-            .filter(|(_, t)| t.key.session_id == session)
-            .map(|(f, _)| f.clone())
-            .collect();
+        let files = self.files_of(session);
         for f in files {
             self.tails.remove(&f);
             if self.behind.remove(&f) {
