@@ -377,6 +377,9 @@ export class Rig {
   }
 
   async close(passed = true) {
+    for (const [i, page] of (this.browser?.pages ?? []).entries()) {
+      writeFileSync(join(this.out, `window${i + 1}.console.txt`), page.consoleLines.join('\n'));
+    }
     await this.browser?.close().catch(() => {});
     await this.codeServer?.stop();
     await this.host?.stop();

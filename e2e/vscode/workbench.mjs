@@ -36,10 +36,14 @@ export async function pickClaude(page) {
     throw new Error(`"Claude" is greyed out in the session-type picker: ${JSON.stringify(text)}`);
   }
   await row.click();
-  await waitFor(
-    async () => (await page.locator('.chat-session-target-picker-item').first().innerText()).includes('Claude'),
-    'the picker to show Claude',
-  );
+  // The picker shows "Claude" only until the new session is created; then VS Code 1.139.1
+  // renders it without a label and the input says "Chat with Claude" instead. Either proves
+  // the pick (polling for the label alone missed the window now and then).
+  await waitFor(async () => {
+    const picker = await page.locator('.chat-session-target-picker-item').allInnerTexts();
+    const input = await page.locator('.interactive-input-part').first().innerText().catch(() => '');
+    return picker.some((t) => t.includes('Claude')) || input.includes('Chat with Claude');
+  }, 'the picker or the chat input to show Claude');
 }
 
 /** Types `text` into the chat input and sends it. */

@@ -627,6 +627,10 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
             }
             match method {
                 "dispatchAction" => {
+                    tracing::debug!(
+                        action = %Safe(params.pointer("/action/type").and_then(serde_json::Value::as_str).unwrap_or("")),
+                        channel = %Safe(params.get("channel").and_then(serde_json::Value::as_str).unwrap_or("")),
+                        "action");
                     // Never awaited here: the read loop goes on at once.
                     let _ = conn.dispatches.send(params);
                 }

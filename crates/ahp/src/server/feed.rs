@@ -135,6 +135,10 @@ async fn run(
         match event {
             Some(SessionEvent::Action(p)) => {
                 let new = from.get(p.channel()).is_some_and(|after| p.seq() > *after);
+                // What went to this client, in order: the trace a race with a client is read from.
+                tracing::trace!(seq = p.seq(), action = claude_host_agent::actions::kind(p.action()),
+                    channel = %p.channel(), origin = ?p.envelope.origin.as_ref().map(|o| o.client_seq),
+                    sent = new, "action out");
                 if new && !conn.send(p.notification()) {
                     return;
                 }

@@ -938,6 +938,49 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
     assert_eq!(last["id"], turn.as_str());
     assert_eq!(last["state"], "cancelled");
     assert!(snap["snapshot"]["state"]["activeTurn"].is_null());
+
+    // A message typed right after the stop, sent as steering (the real VS Code does when it
+    // still shows the cancelled turn running): it runs as a turn of its own, not lost.
+    let before = e.fake.message_requests().len();
+    let late = request_id();
+    let seq = c
+        .dispatch(
+            &chat,
+            json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": late,
+                "message": {"text": "after the stop, say done", "origin": {"kind": "user"}}}),
+        )
+        .await;
+    let echo = c.echo(seq).await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    c.action("the steering message taken", |a| {
+        a["action"]["type"] == "chat/pendingMessageRemoved"
+            && a["action"]["kind"] == "steering"
+            && a["action"]["id"] == late
+    })
+    .await;
+    let started = c
+        .action("a turn for it", |a| {
+            a["action"]["type"] == "chat/turnStarted" && a["action"]["queuedMessageId"] == late
+        })
+        .await;
+    assert_eq!(
+        started["action"]["message"]["text"], "after the stop, say done",
+        "{started}"
+    );
+    let late_turn = started["action"]["turnId"].as_str().unwrap().to_owned();
+    let end = c.action("its end", turn_ended(&late_turn)).await;
+    assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
+    e.fake
+        .wait_message_requests(before + 1, WAIT)
+        .await
+        .expect("the message reached the model");
+    let last = e.fake.message_requests().pop().unwrap().last_user_text();
+    assert!(last.contains("after the stop, say done"), "{last}");
+    let snap = c.ok("subscribe", json!({"channel": chat})).await;
+    assert!(
+        snap["snapshot"]["state"]["steeringMessage"].is_null(),
+        "{snap}"
+    );
 }
 
 /// A 1×1 PNG.

@@ -328,6 +328,26 @@ impl Task {
             return Err("a pending message needs an id".into());
         }
         match a.kind {
+            PendingMessageKind::Steering if !self.steerable() => {
+                // VS Code sends a message typed right after a stop as steering when it still
+                // shows the cancelled turn running; with no turn to steer it runs as the next
+                // turn (as a queued message would) instead of being refused and lost.
+                tracing::info!(session = %self.id, "a steering message with no turn running; it starts a turn");
+                let (id, message) = (a.id.clone(), a.message.clone());
+                self.publish(
+                    ChannelKind::Chat,
+                    StateAction::ChatPendingMessageSet(a),
+                    Some(origin.clone()),
+                );
+                self.chat(actions::pending_removed(PendingMessageKind::Steering, &id));
+                self.queue.push_back(Queued {
+                    id,
+                    message,
+                    done: None,
+                });
+                self.next_queued();
+                Ok(())
+            }
             PendingMessageKind::Steering => {
                 let id = a.id.clone();
                 let message = a.message.clone();

@@ -355,8 +355,7 @@ impl Task {
         origin: Option<ActionOrigin>,
         echo: Option<StateAction>,
     ) -> Result<(), String> {
-        let running = self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent);
-        let cli = match (&self.cli, running) {
+        let cli = match (&self.cli, self.steerable()) {
             (Cli::Live(c), true) => c.clone(),
             _ => return Err("no turn is running to steer".into()),
         };
@@ -387,6 +386,12 @@ impl Task {
             tracing::warn!(session = %self.id, "a steering message could not be sent");
         }
         Ok(())
+    }
+
+    /// Whether a steering message has a running turn to land in.
+    pub(super) fn steerable(&self) -> bool {
+        matches!(self.cli, Cli::Live(_))
+            && self.turn.as_ref().is_some_and(|t| t.phase == Phase::Sent)
     }
 
     /// Marks every steering message as handed over.
