@@ -5,20 +5,24 @@
 //! How a URI is confined:
 //! - only `file:` URIs for this host; the path is percent-decoded, must be absolute, and is
 //!   normalized lexically (`.`, `..`) before anything touches the filesystem;
-//! - an existing path must resolve (every symlink followed) inside a root;
-//! - a path that does not exist yet must have its deepest existing ancestor resolve inside a
-//!   root, and that ancestor may not be a dangling symlink (where it leads cannot be checked);
+//! - each root is opened once as a [`cap_std::fs::Dir`], and every filesystem operation goes
+//!   through one of them, on a path relative to it. cap-std resolves that path beneath the root
+//!   (`openat2` with `RESOLVE_BENEATH` on Linux, a component-by-component walk elsewhere) and
+//!   refuses any step out of it, by `..`, by an absolute symlink or by a symlink that leads out.
+//!   Confinement holds by construction, also against a folder swapped for a symlink while a
+//!   command runs: the worst such a race can do is make the command fail;
+//! - a request path is mapped to the innermost root it lies in, lexically. A path that maps to
+//!   none (a root spelled through a symlink above it), or whose resolution cap-std refuses (an
+//!   absolute symlink, or one into another root), is spelled anew from where the kernel
+//!   resolves it (`std::fs::canonicalize` of its deepest existing part, which may not be a
+//!   dangling symlink) and tried once more through the root that spelling lies in. That lookup
+//!   only spells a path: nothing is opened, read or written through it;
 //! - commands that act on an entry itself (delete, move, `followSymlinks: false`, a copy's
-//!   destination) resolve only its parent, so a symlink is removed, moved or replaced as a link
-//!   and never followed; a root, or a directory holding one, cannot be deleted or replaced;
+//!   destination) open only its parent folder and act on the name in it, so a symlink is
+//!   removed, moved or replaced as a link and never followed; a root, or a directory holding
+//!   one, cannot be deleted or replaced;
 //! - a path outside the roots is refused the same way whether or not it exists, so the errors
 //!   say nothing about the filesystem outside.
-//!
-//! Files are checked again after they are opened (same device and inode as the path now
-//! resolves to, still inside a root), so swapping a directory for a symlink between the check
-//! and the open does not lead outside. std has no `openat`-style walk, so directory operations
-//! (mkdir, delete, move, copy) remain open to that race; only a process already running as
-//! this user inside a root can plant such symlinks.
 
 use crate::rpc::{RpcError, code, from_params};
 use ahp_types::commands::{
@@ -29,13 +33,17 @@ use ahp_types::commands::{
     ResourceWriteMode, ResourceWriteParams, ResourceWriteResult,
 };
 use base64::Engine as _;
+use cap_std::fs::{
+    Dir, DirBuilder, DirBuilderExt as _, Metadata, MetadataExt as _, OpenOptions,
+    OpenOptionsExt as _, PermissionsExt as _,
+};
 use claude_host_protocol::uri::file_uri;
 use serde_json::Value;
-use std::fs::{self, File, Metadata, OpenOptions};
+use std::ffi::OsString;
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
 
 /// Largest file `resourceRead` returns, and the most bytes an `append`/`insert` write moves.
 pub const MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
@@ -55,53 +63,93 @@ const METHODS: [&str; 8] = [
     "resourceCopy",
 ];
 
-/// Directories a client may touch, canonicalized (symlinks resolved) at construction.
+/// A directory a client may touch: its canonical path and the directory itself, opened.
+#[derive(Debug)]
+struct Root {
+    path: PathBuf,
+    dir: Dir,
+}
+
+/// Directories a client may touch, canonicalized (symlinks resolved) and opened at
+/// construction.
 #[derive(Debug, Clone)]
 pub struct Roots {
-    dirs: Vec<PathBuf>,
+    roots: Arc<[Root]>,
 }
 
 impl Roots {
-    /// Canonicalizes `dirs`; fails with `NotFound` if one does not exist or is not a
-    /// directory, `PermissionDenied` if one cannot be resolved for lack of permission.
+    /// Canonicalizes and opens `dirs`; fails with `NotFound` if one does not exist or is not a
+    /// directory, `PermissionDenied` if one cannot be resolved or opened for lack of permission.
     pub fn new(dirs: &[PathBuf]) -> Result<Roots, RpcError> {
-        let mut out: Vec<PathBuf> = Vec::with_capacity(dirs.len());
+        let mut out: Vec<Root> = Vec::with_capacity(dirs.len());
         for dir in dirs {
-            let real = fs::canonicalize(dir).map_err(|e| {
+            let failed = |e: io::Error| {
                 let code = if e.kind() == io::ErrorKind::PermissionDenied {
                     code::PERMISSION_DENIED
                 } else {
                     code::NOT_FOUND
                 };
-                RpcError::new(code, format!("working directory {}: {e}", dir.display()))
-            })?;
-            if !real.is_dir() {
-                return Err(RpcError::new(
-                    code::NOT_FOUND,
-                    format!("working directory {} is not a directory", dir.display()),
-                ));
+                let shown = dir.display();
+                match e.kind() {
+                    io::ErrorKind::NotADirectory => RpcError::new(
+                        code,
+                        format!("working directory {shown} is not a directory"),
+                    ),
+                    _ => RpcError::new(code, format!("working directory {shown}: {e}")),
+                }
+            };
+            let path = std::fs::canonicalize(dir).map_err(failed)?;
+            if out.iter().any(|r| r.path == path) {
+                continue;
             }
-            if !out.contains(&real) {
-                out.push(real);
-            }
+            // The one use of ambient authority: the session's working directories are what
+            // this host was asked to serve. Everything else is reached through these handles.
+            let dir = Dir::open_ambient_dir(&path, cap_std::ambient_authority()).map_err(failed)?;
+            out.push(Root { path, dir });
         }
-        Ok(Roots { dirs: out })
+        Ok(Roots { roots: out.into() })
     }
 
     /// The canonical roots.
     #[cfg(test)]
-    pub fn dirs(&self) -> &[PathBuf] {
-        &self.dirs
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.roots.iter().map(|r| r.path.clone()).collect()
     }
 
-    /// Whether a canonical path lies inside (or is) a root.
-    fn contains(&self, real: &Path) -> bool {
-        self.dirs.iter().any(|r| real.starts_with(r))
+    /// The innermost root that `path` (absolute, normalized) lies in, lexically.
+    fn place(&self, path: &Path) -> Option<Place<'_>> {
+        self.roots
+            .iter()
+            .filter_map(|root| Some((root, path.strip_prefix(&root.path).ok()?)))
+            .max_by_key(|(root, _)| root.path.as_os_str().len())
+            .map(|(root, rel)| Place {
+                root,
+                rel: rel.to_path_buf(),
+            })
+    }
+
+    /// Where `path` leads as the kernel resolves it from `/` (its deepest existing part,
+    /// symlinks followed, and the rest), if that lies in a root. Used only to spell a path that
+    /// is then reached through the root; never to open anything.
+    fn respelled(&self, path: &Path) -> Option<Place<'_>> {
+        // `symlink_metadata` counts a dangling link as present, so it is refused below rather
+        // than skipped over.
+        let ancestor = path
+            .ancestors()
+            .find(|a| std::fs::symlink_metadata(a).is_ok())?;
+        let base = std::fs::canonicalize(ancestor).ok()?;
+        let rest = path.strip_prefix(ancestor).ok()?;
+        self.place(&base.join(rest))
+    }
+
+    /// The root whose canonical path is `path`, if any.
+    fn root_at(&self, path: &Path) -> Option<&Root> {
+        self.roots.iter().find(|r| r.path == path)
     }
 
     /// Whether removing or replacing `entry` would take a root with it.
     fn holds_root(&self, entry: &Path) -> bool {
-        self.dirs.iter().any(|r| r.starts_with(entry))
+        self.roots.iter().any(|r| r.path.starts_with(entry))
     }
 }
 
@@ -183,105 +231,113 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Where a request path lands on disk.
-enum Place {
-    /// It exists: its canonical path, inside a root.
-    Existing(PathBuf),
-    /// It does not exist yet.
-    Missing {
-        /// The canonical path of its deepest existing ancestor, inside a root.
-        base: PathBuf,
-        /// The missing components below `base` (plain names only).
-        rest: PathBuf,
-    },
+/// A path in a root, relative to it.
+struct Place<'r> {
+    root: &'r Root,
+    rel: PathBuf,
 }
 
-impl Place {
-    fn existing(self, shown: &Path) -> Result<PathBuf, RpcError> {
-        match self {
-            Place::Existing(real) => Ok(real),
-            Place::Missing { .. } => Err(not_found(shown)),
+impl Place<'_> {
+    /// The absolute path of `inner`, a path relative to the root (as cap-std's `canonicalize`
+    /// returns it, `.` for the root itself).
+    fn absolute(&self, inner: &Path) -> PathBuf {
+        let mut out = self.root.path.clone();
+        out.extend(
+            inner
+                .components()
+                .filter(|c| matches!(c, Component::Normal(_))),
+        );
+        out
+    }
+}
+
+/// `.` for the empty path: cap-std, like the system calls, takes `""` for a missing file.
+fn dot(rel: &Path) -> &Path {
+    if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    }
+}
+
+/// Whether an error is cap-std refusing a path that would lead out of its directory (or a
+/// symlink loop): worth spelling the path anew, since it may lead into a root all the same.
+fn led_out(e: &io::Error) -> bool {
+    (e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error().is_none())
+        || e.raw_os_error() == Some(libc::ELOOP)
+}
+
+/// Runs `op` on the root `path` lies in, with the path relative to it; if cap-std refuses to
+/// follow it there, once more where the kernel resolves the path to (see the module doc).
+/// Errors name `shown`; a path that leads outside every root is refused as [`denied`].
+fn within<'r, T>(
+    roots: &'r Roots,
+    path: &Path,
+    shown: &Path,
+    op: impl Fn(&Dir, &Path) -> io::Result<T>,
+) -> Result<(T, Place<'r>), RpcError> {
+    if let Some(place) = roots.place(path) {
+        match op(&place.root.dir, dot(&place.rel)) {
+            Ok(v) => return Ok((v, place)),
+            Err(e) if !led_out(&e) => return Err(io_error(shown, &e)),
+            Err(_) => {}
         }
     }
+    let place = roots.respelled(path).ok_or_else(|| denied(shown))?;
+    match op(&place.root.dir, dot(&place.rel)) {
+        Ok(v) => Ok((v, place)),
+        Err(e) if led_out(&e) => Err(denied(shown)),
+        Err(e) => Err(io_error(shown, &e)),
+    }
 }
 
-/// Resolves a normalized request path, following symlinks, and confines it to the roots.
-fn locate(roots: &Roots, path: &Path) -> Result<Place, RpcError> {
-    match fs::canonicalize(path) {
-        Ok(real) if roots.contains(&real) => return Ok(Place::Existing(real)),
-        Ok(_) => return Err(denied(path)),
-        Err(_) => {}
-    }
-    // The deepest ancestor present as an entry; `symlink_metadata` counts a dangling link as
-    // present, so it is caught below rather than skipped over.
-    let Some(ancestor) = path.ancestors().find(|a| fs::symlink_metadata(a).is_ok()) else {
-        return Err(denied(path));
-    };
-    // A dangling link or a loop cannot be followed, so where it leads is unknown; any other
-    // failure is refused alike, so nothing outside the roots can be probed.
-    let base = fs::canonicalize(ancestor).map_err(|_| denied(path))?;
-    if !roots.contains(&base) {
-        return Err(denied(path));
-    }
-    let rest = path.strip_prefix(ancestor).map_err(|_| denied(path))?;
-    if rest.as_os_str().is_empty() {
-        // It appeared meanwhile.
-        return Ok(Place::Existing(base));
-    }
-    if !rest.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Err(denied(path));
-    }
-    Ok(Place::Missing {
-        base,
-        rest: rest.to_path_buf(),
-    })
+/// An entry in a folder, itself (a final symlink is not followed): the folder opened beneath
+/// a root, the name, and the entry's canonical path.
+struct Child {
+    dir: Dir,
+    name: OsString,
+    real: PathBuf,
 }
 
-/// The entry a request path names, itself rather than what it points to: the parent is
-/// resolved (symlinks followed) and the last name kept. The parent must lie inside a root,
-/// or the entry must be a root. Whether the entry exists is left to the caller.
-fn locate_entry(roots: &Roots, path: &Path) -> Result<PathBuf, RpcError> {
+/// What a path names as an entry: a root itself, or an entry in a folder.
+enum Entry<'r> {
+    Root(&'r Root),
+    Child(Child),
+}
+
+/// The entry `path` names: its parent is resolved (symlinks followed, within the roots) and
+/// opened, and the last name kept. Whether the entry exists is left to the caller.
+fn entry<'r>(roots: &'r Roots, path: &Path) -> Result<Entry<'r>, RpcError> {
+    if let Some(root) = roots.root_at(path) {
+        return Ok(Entry::Root(root));
+    }
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(denied(path));
     };
-    let Ok(real_parent) = fs::canonicalize(parent) else {
-        // `locate` refuses a missing parent outside the roots; inside, the entry is missing.
-        locate(roots, parent)?;
-        return Err(not_found(path));
-    };
-    let entry = real_parent.join(name);
-    if roots.contains(&real_parent) || roots.dirs.contains(&entry) {
-        Ok(entry)
-    } else {
-        Err(denied(path))
-    }
+    let ((dir, real_parent), place) = within(roots, parent, path, |dir, rel| {
+        let real = dir.canonicalize(rel)?;
+        Ok((dir.open_dir(&real)?, real))
+    })?;
+    Ok(Entry::Child(Child {
+        dir,
+        name: name.to_owned(),
+        real: place.absolute(&real_parent).join(name),
+    }))
 }
 
-/// Checks, after the fact, that `real` still resolves inside a root to the very object
-/// described by `seen` (an opened handle's or a listed directory's metadata): a component
-/// swapped for a symlink in between would otherwise have led outside.
-fn still_inside(roots: &Roots, shown: &Path, real: &Path, seen: &Metadata) -> Result<(), RpcError> {
-    let now = fs::canonicalize(real)
-        .ok()
-        .filter(|p| roots.contains(p))
-        .and_then(|p| fs::metadata(p).ok());
-    match now {
-        Some(m) if m.dev() == seen.dev() && m.ino() == seen.ino() => Ok(()),
-        _ => Err(denied(shown)),
+/// The entry `path` names, which must be neither a root nor hold one (it is to be `what`:
+/// deleted, moved, replaced).
+fn child_entry(roots: &Roots, path: &Path, what: &str) -> Result<Child, RpcError> {
+    match entry(roots, path)? {
+        Entry::Child(c) if !roots.holds_root(&c.real) => Ok(c),
+        _ => Err(RpcError::new(
+            code::PERMISSION_DENIED,
+            format!(
+                "{} is a working directory of the session (or holds one) and cannot be {what}",
+                path.display()
+            ),
+        )),
     }
-}
-
-/// Opens `real` (canonical, inside a root) and checks the handle with [`still_inside`].
-fn open_verified(
-    roots: &Roots,
-    shown: &Path,
-    real: &Path,
-    options: &OpenOptions,
-) -> Result<File, RpcError> {
-    let file = options.open(real).map_err(|e| io_error(shown, &e))?;
-    let seen = file.metadata().map_err(|e| io_error(shown, &e))?;
-    still_inside(roots, shown, real, &seen)?;
-    Ok(file)
 }
 
 // ─── Errors ─────────────────────────────────────────────────────────────────
@@ -352,8 +408,8 @@ fn etag(meta: &Metadata) -> String {
     )
 }
 
-fn iso8601(time: io::Result<SystemTime>) -> Option<String> {
-    let since = time.ok()?.duration_since(UNIX_EPOCH).ok()?;
+fn iso8601(time: io::Result<cap_std::time::SystemTime>) -> Option<String> {
+    let since = time.ok()?.into_std().duration_since(UNIX_EPOCH).ok()?;
     let ms = i64::try_from(since.as_millis()).ok()?;
     Some(claude_host_protocol::time::rfc3339_from_millis(ms))
 }
@@ -408,25 +464,34 @@ fn sniff(bytes: &[u8]) -> Option<&'static str> {
 
 fn read(roots: &Roots, p: ResourceReadParams) -> Result<ResourceReadResult, RpcError> {
     let path = request_path(&p.uri)?;
-    let real = locate(roots, &path)?.existing(&path)?;
-    let meta = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
-    if meta.is_dir() {
+    let ((meta, file), _) = within(roots, &path, &path, |dir, rel| {
+        let meta = dir.metadata(rel)?;
+        // Opening a FIFO blocks until a writer comes, and a device may never end; should one
+        // be swapped in after this check, O_NONBLOCK keeps the open from waiting.
+        let file = meta
+            .is_file()
+            .then(|| {
+                let mut options = OpenOptions::new();
+                options.read(true).custom_flags(libc::O_NONBLOCK);
+                dir.open_with(rel, &options)
+            })
+            .transpose()?;
+        Ok((meta, file))
+    })?;
+    let Some(file) = file else {
+        let what = if meta.is_dir() {
+            "is a directory; use resourceList"
+        } else {
+            "is not a regular file"
+        };
         return Err(RpcError::invalid_params(format!(
-            "{} is a directory; use resourceList",
+            "{} {what}",
             path.display()
         )));
-    }
-    // Opening a FIFO blocks until a writer comes, and a device may never end.
-    if !meta.is_file() {
-        return Err(RpcError::invalid_params(format!(
-            "{} is not a regular file",
-            path.display()
-        )));
-    }
+    };
     if meta.len() > MAX_READ_BYTES {
         return Err(too_large(&path, meta.len()));
     }
-    let file = open_verified(roots, &path, &real, OpenOptions::new().read(true))?;
     let mut bytes = Vec::new();
     // The file may have grown since it was measured.
     file.take(MAX_READ_BYTES + 1)
@@ -436,7 +501,7 @@ fn read(roots: &Roots, p: ResourceReadParams) -> Result<ResourceReadResult, RpcE
     if len > MAX_READ_BYTES {
         return Err(too_large(&path, len));
     }
-    let content_type = content_type(&real, Some(bytes.as_slice()));
+    let content_type = content_type(&path, Some(bytes.as_slice()));
     let base64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     let (data, encoding) = match p.encoding {
         Some(ContentEncoding::Base64) => (base64(&bytes), ContentEncoding::Base64),
@@ -454,6 +519,64 @@ fn read(roots: &Roots, p: ResourceReadParams) -> Result<ResourceReadResult, RpcE
     })
 }
 
+/// Where a `resourceWrite` lands: the folder the file is in (opened beneath a root) and its
+/// name there.
+enum Target {
+    /// The file exists (a final symlink followed to it), opened to read.
+    Existing {
+        dir: Dir,
+        name: OsString,
+        file: cap_std::fs::File,
+    },
+    /// No file there yet; its folder exists.
+    New { dir: Dir, name: OsString },
+    /// Its folder does not exist.
+    NoFolder,
+    /// A directory, or something else that is not a regular file.
+    NotAFile { directory: bool },
+}
+
+impl Target {
+    fn find(dir: &Dir, rel: &Path) -> io::Result<Target> {
+        let meta = match dir.metadata(rel) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+                    return Err(e);
+                };
+                return match dir.open_dir(dot(parent)) {
+                    Ok(dir) => Ok(Target::New {
+                        dir,
+                        name: name.to_owned(),
+                    }),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Target::NoFolder),
+                    Err(e) => Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        if !meta.is_file() {
+            return Ok(Target::NotAFile {
+                directory: meta.is_dir(),
+            });
+        }
+        // The replacement goes beside the file itself, not beside a symlink to it.
+        let real = dir.canonicalize(rel)?;
+        let (Some(parent), Some(name)) = (real.parent(), real.file_name()) else {
+            return Ok(Target::NotAFile { directory: true });
+        };
+        let dir = dir.open_dir(dot(parent))?;
+        let mut options = OpenOptions::new();
+        options.read(true).custom_flags(libc::O_NONBLOCK);
+        let file = dir.open_with(name, &options)?;
+        Ok(Target::Existing {
+            dir,
+            name: name.to_owned(),
+            file,
+        })
+    }
+}
+
 fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, RpcError> {
     let path = request_path(&p.uri)?;
     let data = match p.encoding {
@@ -464,57 +587,49 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
     };
     let position = u64::try_from(p.position.unwrap_or(0))
         .map_err(|_| RpcError::invalid_params("`position` must not be negative"))?;
-    // The new content goes to a temporary file beside the target, which then replaces it
-    // (or, for a new file, is linked into place): a write that fails part-way (a full disk)
-    // leaves the old file as it was, or no file, and no temporary behind.
-    let (mut file, place) = match locate(roots, &path)? {
-        Place::Existing(real) => {
-            if p.create_only == Some(true) {
-                return Err(already_exists(&path));
-            }
-            let meta = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
-            if meta.is_dir() {
-                return Err(RpcError::invalid_params(format!(
-                    "{} is a directory",
-                    path.display()
-                )));
-            }
-            if !meta.is_file() {
-                return Err(RpcError::invalid_params(format!(
-                    "{} is not a regular file",
-                    path.display()
-                )));
-            }
-            let file = open_verified(roots, &path, &real, OpenOptions::new().read(true))?;
-            (Some(file), real)
-        }
-        Place::Missing { base, rest } => {
-            if p.if_match.is_some() {
-                return Err(RpcError::new(
-                    CONFLICT,
-                    format!(
-                        "{} does not exist, so it cannot match `ifMatch`",
-                        path.display()
-                    ),
-                ));
-            }
-            if rest.components().count() > 1 {
-                let parent = path.parent().unwrap_or(&path);
-                return Err(RpcError::new(
-                    code::NOT_FOUND,
-                    format!(
-                        "the directory {} does not exist (create it with resourceMkdir)",
-                        parent.display()
-                    ),
-                ));
-            }
-            (None, base.join(rest))
-        }
-    };
+    let (target, _) = within(roots, &path, &path, Target::find)?;
     let fail = |e: io::Error| io_error(&path, &e);
-    let (old, mode) = match file.as_mut() {
-        Some(f) => {
-            let meta = f.metadata().map_err(fail)?;
+    let (dir, name, old, mode) = match target {
+        Target::NotAFile { directory } => {
+            let what = if directory {
+                "is a directory"
+            } else {
+                "is not a regular file"
+            };
+            return Err(RpcError::invalid_params(format!(
+                "{} {what}",
+                path.display()
+            )));
+        }
+        Target::NoFolder => {
+            let parent = path.parent().unwrap_or(&path);
+            return Err(RpcError::new(
+                code::NOT_FOUND,
+                format!(
+                    "the directory {} does not exist (create it with resourceMkdir)",
+                    parent.display()
+                ),
+            ));
+        }
+        Target::New { .. } if p.if_match.is_some() => {
+            return Err(RpcError::new(
+                CONFLICT,
+                format!(
+                    "{} does not exist, so it cannot match `ifMatch`",
+                    path.display()
+                ),
+            ));
+        }
+        Target::New { dir, name } => (dir, name, Vec::new(), None),
+        Target::Existing { .. } if p.create_only == Some(true) => {
+            return Err(already_exists(&path));
+        }
+        Target::Existing {
+            dir,
+            name,
+            mut file,
+        } => {
+            let meta = file.metadata().map_err(fail)?;
             if let Some(want) = &p.if_match
                 && *want != etag(&meta)
             {
@@ -534,10 +649,9 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
                 )));
             }
             let mut old = Vec::new();
-            f.read_to_end(&mut old).map_err(fail)?;
-            (old, Some(meta.permissions()))
+            file.read_to_end(&mut old).map_err(fail)?;
+            (dir, name, old, Some(meta.permissions()))
         }
-        None => (Vec::new(), None),
     };
     let len = old.len() as u64;
     if position > len {
@@ -553,372 +667,107 @@ fn write(roots: &Roots, p: ResourceWriteParams) -> Result<ResourceWriteResult, R
         ResourceWriteMode::Append => old.split_at(at(len - position)),
         ResourceWriteMode::Insert => old.split_at(at(position)),
     };
-    let (Some(dir), Some(name)) = (place.parent(), place.file_name()) else {
-        return Err(denied(&path));
-    };
-    // Everything below happens relative to a descriptor of the target's folder, reached
-    // from its root without following a symlink: swapping a folder for a link to somewhere
-    // else while this runs makes the write fail, never land outside.
-    let dirfd = open_dir_beneath(roots, dir).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => io_error(&path, &e),
-        _ => denied(&path),
-    })?;
-    let mode = match mode {
-        Some(m) => {
-            use std::os::unix::fs::PermissionsExt;
-            m.mode() & 0o7777
-        }
-        // A new file gets what a plain create would give it.
-        None => 0o666 & !current_umask(),
-    };
+    // The new content goes to a temporary file beside the target, which then replaces it
+    // (or, for a new file, is linked into place): a write that fails part-way (a full disk)
+    // leaves the old file as it was, or no file, and no temporary behind.
     let tmp_name = format!(".claude-host-write-{}", uuid::Uuid::new_v4().simple());
-    let mut tmp = at::create_new(&dirfd, &tmp_name, mode).map_err(fail)?;
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    if let Some(perms) = &mode {
+        // Created with the old file's mode, never wider (a new file gets what a plain create
+        // would give it: 0666 less the umask).
+        options.mode(perms.mode() & 0o7777);
+    }
+    let mut tmp = dir.open_with(&tmp_name, &options).map_err(fail)?;
     let written = (|| -> io::Result<()> {
-        use std::os::unix::fs::PermissionsExt;
-        // The umask does not narrow an existing file's mode.
-        tmp.set_permissions(fs::Permissions::from_mode(mode))?;
+        if let Some(perms) = mode.clone() {
+            // The umask does not narrow an existing file's mode.
+            tmp.set_permissions(perms)?;
+        }
         tmp.write_all(head)?;
         tmp.write_all(&data)?;
         tmp.write_all(tail)?;
         tmp.sync_all()?;
-        if file.is_some() {
-            at::rename(&dirfd, &tmp_name, name)
+        if mode.is_some() {
+            dir.rename(&tmp_name, &dir, &name)
         } else {
             // Linked, not renamed: a file someone created there meanwhile is not replaced.
-            at::link(&dirfd, &tmp_name, name)?;
-            at::unlink(&dirfd, &tmp_name, false)
+            dir.hard_link(&tmp_name, &dir, &name)?;
+            dir.remove_file(&tmp_name)
         }
     })();
     if let Err(e) = written {
-        let _ = at::unlink(&dirfd, &tmp_name, false);
+        let _ = dir.remove_file(&tmp_name);
         return Err(fail(e));
     }
     Ok(ResourceWriteResult {})
 }
 
-/// Opens `dir` (a canonical path inside a root) as a directory descriptor, one component at
-/// a time from the root, refusing to follow a symlink anywhere on the way.
-fn open_dir_beneath(roots: &Roots, dir: &Path) -> io::Result<std::os::fd::OwnedFd> {
-    let root = roots
-        .dirs
-        .iter()
-        .filter(|r| dir.starts_with(r))
-        .max_by_key(|r| r.as_os_str().len())
-        .ok_or_else(|| io::Error::from(io::ErrorKind::PermissionDenied))?;
-    let mut fd = at::open_dir(None, root.as_os_str())?;
-    for c in dir.strip_prefix(root).unwrap_or(Path::new("")).components() {
-        let Component::Normal(part) = c else {
-            return Err(io::Error::from(io::ErrorKind::PermissionDenied));
-        };
-        fd = at::open_dir(Some(&fd), part)?;
-    }
-    Ok(fd)
-}
-
-/// The `*at` system calls on a directory descriptor, with `O_NOFOLLOW` throughout.
-#[allow(unsafe_code)]
-mod at {
-    use std::ffi::{CString, OsStr};
-    use std::fs::File;
-    use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-
-    fn c(name: &OsStr) -> io::Result<CString> {
-        CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
-    }
-
-    fn check(r: libc::c_int) -> io::Result<libc::c_int> {
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r)
-        }
-    }
-
-    /// A directory: `path` from the working directory (`dir` None) or `name` in `dir`.
-    pub(super) fn open_dir(dir: Option<&OwnedFd>, name: &OsStr) -> io::Result<OwnedFd> {
-        let name = c(name)?;
-        let base = dir.map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd);
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-        // SAFETY: a valid C string and descriptor; the result is checked and owned below.
-        let fd = check(unsafe { libc::openat(base, name.as_ptr(), flags) })?;
-        // SAFETY: `fd` was just opened and nothing else owns it.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    /// A new regular file `name` in `dir` (never an existing entry, never through a link).
-    pub(super) fn create_new(dir: &OwnedFd, name: &str, mode: u32) -> io::Result<File> {
-        let name = c(OsStr::new(name))?;
-        let flags =
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-        // SAFETY: as in `open_dir`.
-        let fd = check(unsafe {
-            libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint)
-        })?;
-        // SAFETY: as in `open_dir`.
-        Ok(unsafe { File::from_raw_fd(fd) })
-    }
-
-    pub(super) fn rename(dir: &OwnedFd, from: &str, to: &OsStr) -> io::Result<()> {
-        let (from, to) = (c(OsStr::new(from))?, c(to)?);
-        // SAFETY: valid C strings and descriptor.
-        check(unsafe {
-            libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr())
-        })
-        .map(drop)
-    }
-
-    /// Moves `from` in `from_dir` to `to` in `to_dir` (renameat(2) follows no link at either
-    /// name).
-    pub(super) fn rename_between(
-        from_dir: &OwnedFd,
-        from: &OsStr,
-        to_dir: &OwnedFd,
-        to: &OsStr,
-    ) -> io::Result<()> {
-        let (from, to) = (c(from)?, c(to)?);
-        // SAFETY: valid C strings and descriptors.
-        check(unsafe {
-            libc::renameat(
-                from_dir.as_raw_fd(),
-                from.as_ptr(),
-                to_dir.as_raw_fd(),
-                to.as_ptr(),
-            )
-        })
-        .map(drop)
-    }
-
-    pub(super) fn link(dir: &OwnedFd, from: &str, to: &OsStr) -> io::Result<()> {
-        let (from, to) = (c(OsStr::new(from))?, c(to)?);
-        // SAFETY: valid C strings and descriptor; flags 0 does not follow a link at `from`.
-        check(unsafe {
-            libc::linkat(
-                dir.as_raw_fd(),
-                from.as_ptr(),
-                dir.as_raw_fd(),
-                to.as_ptr(),
-                0,
-            )
-        })
-        .map(drop)
-    }
-
-    /// A new directory `name` in `dir` (mkdirat(2) does not follow a link at `name`).
-    pub(super) fn mkdir(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
-        let name = c(name)?;
-        // SAFETY: valid C string and descriptor.
-        check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })
-            .map(drop)
-    }
-
-    /// Removes `name` in `dir`: a folder (which must be empty) with `folder`, else a file or
-    /// link (never what a link points to).
-    pub(super) fn unlink(dir: &OwnedFd, name: impl AsRef<OsStr>, folder: bool) -> io::Result<()> {
-        let name = c(name.as_ref())?;
-        let flags = if folder { libc::AT_REMOVEDIR } else { 0 };
-        // SAFETY: valid C string and descriptor.
-        check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
-    }
-
-    /// The mode bits of `name` in `dir`, a link's own (not its target's).
-    pub(super) fn mode_nofollow(dir: &OwnedFd, name: &OsStr) -> io::Result<u32> {
-        let name = c(name)?;
-        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: valid C string, descriptor and out-pointer.
-        check(unsafe {
-            libc::fstatat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        })?;
-        Ok(st.st_mode)
-    }
-
-    /// Opens file `name` in `dir` to read (never through a link).
-    pub(super) fn open_read(dir: &OwnedFd, name: &OsStr) -> io::Result<File> {
-        let name = c(name)?;
-        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-        // SAFETY: as in `open_dir`.
-        let fd = check(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
-        // SAFETY: as in `open_dir`.
-        Ok(unsafe { File::from_raw_fd(fd) })
-    }
-
-    /// Where link `name` in `dir` points.
-    pub(super) fn read_link(dir: &OwnedFd, name: &OsStr) -> io::Result<std::ffi::OsString> {
-        use std::os::unix::ffi::OsStringExt;
-        let name = c(name)?;
-        let mut buf = vec![0u8; libc::PATH_MAX as usize];
-        // SAFETY: valid C string and descriptor; the buffer's length is passed.
-        let n = unsafe {
-            libc::readlinkat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
-        buf.truncate(n);
-        Ok(std::ffi::OsString::from_vec(buf))
-    }
-
-    /// A new link `name` in `dir` pointing to `target`.
-    pub(super) fn symlink(target: &OsStr, dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-        let (target, name) = (c(target)?, c(name)?);
-        // SAFETY: valid C strings and descriptor.
-        check(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
-    }
-
-    /// Sets the mode of folder `name` in `dir` (a link is not followed: the walk opened it as a
-    /// folder without following).
-    pub(super) fn chmod_dir(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
-        let sub = open_dir(Some(dir), name)?;
-        // SAFETY: a valid descriptor.
-        check(unsafe { libc::fchmod(sub.as_raw_fd(), mode as libc::mode_t) }).map(drop)
-    }
-
-    /// Copies `name` in `from` to a new `to_name` in `to`: a folder with everything in it, a
-    /// link as a link, a file's bytes and mode; other kinds are skipped. Every step is
-    /// relative to the descriptors of the folders it is in, following no link.
-    pub(super) fn copy_tree(
-        from: &OwnedFd,
-        name: &OsStr,
-        to: &OwnedFd,
-        to_name: &OsStr,
-    ) -> io::Result<()> {
-        let mode = mode_nofollow(from, name)?;
-        match mode & libc::S_IFMT {
-            libc::S_IFLNK => symlink(&read_link(from, name)?, to, to_name),
-            libc::S_IFDIR => {
-                mkdir(to, to_name, 0o700)?;
-                let (src, dst) = (open_dir(Some(from), name)?, open_dir(Some(to), to_name)?);
-                // As in `remove_tree`: the listing of the very folder opened.
-                for entry in std::fs::read_dir(format!("/proc/self/fd/{}", src.as_raw_fd()))? {
-                    let child = entry?.file_name();
-                    copy_tree(&src, &child, &dst, &child)?;
-                }
-                // Last, so a read-only folder can still be filled.
-                chmod_dir(to, to_name, mode & 0o7777)
-            }
-            libc::S_IFREG => {
-                let mut src = open_read(from, name)?;
-                let to_name = to_name.to_str().ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidInput, "a file name that is not UTF-8")
-                })?;
-                let mut dst = create_new(to, to_name, mode & 0o7777)?;
-                io::copy(&mut src, &mut dst)?;
-                use std::os::unix::fs::PermissionsExt;
-                dst.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
-            }
-            _ => {
-                tracing::debug!("resourceCopy skips a special file");
-                Ok(())
-            }
-        }
-    }
-
-    /// Whether `name` in `dir` is a folder itself (a link to one is not).
-    pub(super) fn is_dir_nofollow(dir: &OwnedFd, name: &OsStr) -> io::Result<bool> {
-        let name = c(name)?;
-        // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: valid C string, descriptor and out-pointer.
-        check(unsafe {
-            libc::fstatat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        })?;
-        Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
-    }
-
-    /// Removes folder `name` in `dir` with everything in it, each step relative to the
-    /// descriptor of the folder it is in, following no link.
-    pub(super) fn remove_tree(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-        let sub = open_dir(Some(dir), name)?;
-        // The listing is read through the descriptor's own /proc entry, which names the very
-        // folder opened, whatever its path has become since.
-        let listing = std::fs::read_dir(format!("/proc/self/fd/{}", sub.as_raw_fd()))?;
-        for entry in listing {
-            let entry = entry?;
-            let child = entry.file_name();
-            if entry.file_type()?.is_dir() {
-                remove_tree(&sub, &child)?;
-            } else {
-                unlink(&sub, &child, false)?;
-            }
-        }
-        unlink(dir, name, true)
-    }
-}
-
-/// The process's file creation mask, as Linux reports it (022 when it cannot be read).
-fn current_umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
-}
-
 fn list(roots: &Roots, p: ResourceListParams) -> Result<ResourceListResult, RpcError> {
     let path = request_path(&p.uri)?;
-    let real = locate(roots, &path)?.existing(&path)?;
-    let before = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
-    if !before.is_dir() {
+    let (listed, _) = within(roots, &path, &path, |dir, rel| {
+        if dir.metadata(rel)?.is_dir() {
+            dir.open_dir(rel).map(Some)
+        } else {
+            Ok(None)
+        }
+    })?;
+    let Some(listed) = listed else {
         return Err(RpcError::invalid_params(format!(
             "{} is not a directory",
             path.display()
         )));
-    }
+    };
     let mut entries = Vec::new();
-    for entry in fs::read_dir(&real).map_err(|e| io_error(&path, &e))? {
+    for entry in listed.entries().map_err(|e| io_error(&path, &e))? {
         let entry = entry.map_err(|e| io_error(&path, &e))?;
+        let name = entry.file_name();
+        let kind = match entry.file_type() {
+            Ok(t) if t.is_dir() => "directory",
+            Ok(t) if t.is_symlink() => link_kind(roots, &path.join(&name)),
+            _ => "file",
+        };
         entries.push(DirectoryEntry {
-            name: entry.file_name().to_string_lossy().into_owned(),
-            r#type: entry_kind(roots, &entry).to_owned(),
+            name: name.to_string_lossy().into_owned(),
+            r#type: kind.to_owned(),
         });
     }
-    still_inside(roots, &path, &real, &before)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(ResourceListResult { entries })
 }
 
-/// `"directory"` or `"file"`. A symlink is described by its target only when that lies
-/// inside a root (so a picker can descend into it); one leading outside, or nowhere, is a
-/// `"file"`, revealing nothing of what is outside.
-fn entry_kind(roots: &Roots, entry: &fs::DirEntry) -> &'static str {
-    match entry.file_type() {
-        Ok(t) if t.is_dir() => "directory",
-        Ok(t) if t.is_symlink() => match fs::canonicalize(entry.path()) {
-            Ok(real) if roots.contains(&real) && real.is_dir() => "directory",
-            _ => "file",
-        },
+/// A symlink in a listing is described by its target only when that lies inside a root (so a
+/// picker can descend into it); one leading outside, or nowhere, is a `"file"`, revealing
+/// nothing of what is outside.
+fn link_kind(roots: &Roots, link: &Path) -> &'static str {
+    match within(roots, link, link, |dir, rel| dir.metadata(rel)) {
+        Ok((meta, _)) if meta.is_dir() => "directory",
         _ => "file",
     }
 }
 
 fn resolve(roots: &Roots, p: ResourceResolveParams) -> Result<ResourceResolveResult, RpcError> {
     let path = request_path(&p.uri)?;
+    let fail = |e: io::Error| io_error(&path, &e);
     let (uri, real, meta) = if p.follow_symlinks.unwrap_or(true) {
-        let real = locate(roots, &path)?.existing(&path)?;
-        let meta = fs::metadata(&real).map_err(|e| io_error(&path, &e))?;
+        let ((real, meta), place) = within(roots, &path, &path, |dir, rel| {
+            let real = dir.canonicalize(rel)?;
+            let meta = dir.metadata(&real)?;
+            Ok((real, meta))
+        })?;
+        let real = place.absolute(&real);
         (file_uri(&real), real, meta)
     } else {
-        let entry = locate_entry(roots, &path)?;
-        let meta = fs::symlink_metadata(&entry).map_err(|e| io_error(&path, &e))?;
-        (p.uri, entry, meta)
+        match entry(roots, &path)? {
+            Entry::Root(root) => {
+                let meta = root.dir.dir_metadata().map_err(fail)?;
+                (p.uri, root.path.clone(), meta)
+            }
+            Entry::Child(c) => {
+                let meta = c.dir.symlink_metadata(&c.name).map_err(fail)?;
+                (p.uri, c.real, meta)
+            }
+        }
     };
     let kind = if meta.file_type().is_symlink() {
         ResourceType::Symlink
@@ -943,81 +792,44 @@ fn resolve(roots: &Roots, p: ResourceResolveParams) -> Result<ResourceResolveRes
 
 fn mkdir(roots: &Roots, p: ResourceMkdirParams) -> Result<ResourceMkdirResult, RpcError> {
     let path = request_path(&p.uri)?;
-    let (base, rest) = match locate(roots, &path)? {
-        Place::Existing(real) if real.is_dir() => return Ok(ResourceMkdirResult {}),
-        Place::Existing(_) => {
-            return Err(RpcError::new(
-                code::ALREADY_EXISTS,
-                format!("{} exists and is not a directory", path.display()),
-            ));
-        }
-        Place::Missing { base, rest } => (base, rest),
-    };
-    if !base.is_dir() {
-        return Err(RpcError::new(
+    // cap-std makes the missing folders one level at a time beneath the root, so a folder
+    // swapped for a symlink meanwhile fails the call instead of sending them outside.
+    let (made, _) = within(roots, &path, &path, |dir, rel| match dir.metadata(rel) {
+        Ok(meta) => Ok(meta.is_dir()),
+        Err(e) if e.kind() == io::ErrorKind::NotADirectory => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match dir.create_dir_all(rel) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => Ok(false),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    })?;
+    if made {
+        Ok(ResourceMkdirResult {})
+    } else {
+        Err(RpcError::new(
             code::ALREADY_EXISTS,
-            format!("{} exists and is not a directory", base.display()),
-        ));
-    }
-    // One level at a time, each relative to the descriptor of the one before, reached from
-    // the root without following a link: a folder swapped for a symlink meanwhile fails the
-    // call instead of sending the new folders outside the root (mkdir(2) itself never follows
-    // a link planted at the name).
-    let mut fd = open_dir_beneath(roots, &base).map_err(|e| io_error(&path, &e))?;
-    let mut dir = base;
-    for name in rest.components() {
-        let Component::Normal(name) = name else {
-            return Err(RpcError::new(
-                code::PERMISSION_DENIED,
-                format!("{} is outside the working directories", path.display()),
-            ));
-        };
-        dir.push(name);
-        match at::mkdir(&fd, name, 0o777) {
-            Ok(()) => {}
-            // Made meanwhile by someone else: fine if it is a real directory (checked by the
-            // no-follow open below).
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_error(&path, &e)),
-        }
-        fd = at::open_dir(Some(&fd), name).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOTDIR | libc::ELOOP) => RpcError::new(
-                code::ALREADY_EXISTS,
-                format!("{} exists and is not a directory", dir.display()),
+            format!(
+                "{} (or a parent) exists and is not a directory",
+                path.display()
             ),
-            _ => io_error(&path, &e),
-        })?;
+        ))
     }
-    Ok(ResourceMkdirResult {})
 }
 
 fn delete(roots: &Roots, p: ResourceDeleteParams) -> Result<ResourceDeleteResult, RpcError> {
     let path = request_path(&p.uri)?;
-    let entry = locate_entry(roots, &path)?;
-    if roots.holds_root(&entry) {
-        return Err(RpcError::new(
-            code::PERMISSION_DENIED,
-            format!(
-                "{} is a working directory of the session (or holds one) and cannot be deleted",
-                path.display()
-            ),
-        ));
-    }
-    // Removed relative to its folder's descriptor, reached from the root without following a
-    // link: a folder on the way swapped for a symlink meanwhile fails the call instead of
-    // deleting outside the root. The entry itself is never followed either (a symlink is
-    // removed, its target left alone).
-    let (Some(parent), Some(name)) = (entry.parent(), entry.file_name()) else {
-        return Err(denied(&path));
-    };
-    let dir = open_dir_beneath(roots, parent).map_err(|e| io_error(&path, &e))?;
-    let is_dir = at::is_dir_nofollow(&dir, name).map_err(|e| io_error(&path, &e))?;
-    let removed = if !is_dir {
-        at::unlink(&dir, name, false)
+    let Child { dir, name, .. } = child_entry(roots, &path, "deleted")?;
+    // The entry itself is never followed: a symlink is removed, its target left alone.
+    let meta = dir
+        .symlink_metadata(&name)
+        .map_err(|e| io_error(&path, &e))?;
+    let removed = if !meta.is_dir() {
+        dir.remove_file(&name)
     } else if p.recursive == Some(true) {
-        at::remove_tree(&dir, name)
+        dir.remove_dir_all(&name)
     } else {
-        at::unlink(&dir, name, true)
+        dir.remove_dir(&name)
     };
     removed.map_err(|e| {
         if e.kind() == io::ErrorKind::DirectoryNotEmpty {
@@ -1034,52 +846,39 @@ fn delete(roots: &Roots, p: ResourceDeleteParams) -> Result<ResourceDeleteResult
 
 fn rename(roots: &Roots, p: ResourceMoveParams) -> Result<ResourceMoveResult, RpcError> {
     let (source, destination) = (request_path(&p.source)?, request_path(&p.destination)?);
-    let from = locate_entry(roots, &source)?;
-    let to = locate_entry(roots, &destination)?;
-    for (entry, shown) in [(&from, &source), (&to, &destination)] {
-        if roots.holds_root(entry) {
-            return Err(RpcError::new(
-                code::PERMISSION_DENIED,
-                format!(
-                    "{} is a working directory of the session (or holds one) and cannot be moved or replaced",
-                    shown.display()
-                ),
-            ));
-        }
-    }
-    let meta = fs::symlink_metadata(&from).map_err(|e| io_error(&source, &e))?;
-    check_distinct(&from, &to, &destination, p.fail_if_exists == Some(true))?;
-    if from == to {
+    let from = child_entry(roots, &source, "moved or replaced")?;
+    let to = child_entry(roots, &destination, "moved or replaced")?;
+    let meta = from
+        .dir
+        .symlink_metadata(&from.name)
+        .map_err(|e| io_error(&source, &e))?;
+    check_distinct(
+        &from.real,
+        &to.real,
+        &destination,
+        p.fail_if_exists == Some(true),
+    )?;
+    if from.real == to.real {
         return Ok(ResourceMoveResult {});
     }
-    // Both sides are reached from their root without following a link, and everything below
-    // is relative to those descriptors: a folder swapped for a symlink meanwhile fails the
-    // call instead of moving, replacing or removing anything outside the root.
-    let (Some(from_parent), Some(from_name), Some(to_parent), Some(to_name)) =
-        (from.parent(), from.file_name(), to.parent(), to.file_name())
-    else {
-        return Err(denied(&source));
-    };
-    let from_dir = open_dir_beneath(roots, from_parent).map_err(|e| io_error(&source, &e))?;
-    let to_dir = open_dir_beneath(roots, to_parent).map_err(|e| io_error(&destination, &e))?;
     // rename(2) replaces a file (or a link, unfollowed) atomically, which writers that save
     // through a temporary file rely on; a directory on either side has to go first.
     clear_at(
-        &to_dir,
-        to_name,
+        &to.dir,
+        &to.name,
         &destination,
         p.fail_if_exists == Some(true),
         meta.is_dir(),
     )?;
-    match at::rename_between(&from_dir, from_name, &to_dir, to_name) {
+    match from.dir.rename(&from.name, &to.dir, &to.name) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
-            at::copy_tree(&from_dir, from_name, &to_dir, to_name)
+            copy_tree(&from.dir, from.name.as_ref(), &to.dir, to.name.as_ref())
                 .map_err(|e| io_error(&destination, &e))?;
             let removed = if meta.is_dir() {
-                at::remove_tree(&from_dir, from_name)
+                from.dir.remove_dir_all(&from.name)
             } else {
-                at::unlink(&from_dir, from_name, false)
+                from.dir.remove_file(&from.name)
             };
             removed.map_err(|e| io_error(&source, &e))?;
         }
@@ -1090,52 +889,71 @@ fn rename(roots: &Roots, p: ResourceMoveParams) -> Result<ResourceMoveResult, Rp
 
 fn copy(roots: &Roots, p: ResourceCopyParams) -> Result<ResourceCopyResult, RpcError> {
     let (source, destination) = (request_path(&p.source)?, request_path(&p.destination)?);
-    let from = locate(roots, &source)?.existing(&source)?;
-    let kind = fs::symlink_metadata(&from)
-        .map_err(|e| io_error(&source, &e))?
-        .file_type();
+    let ((real, kind), place) = within(roots, &source, &source, |dir, rel| {
+        let real = dir.canonicalize(rel)?;
+        let kind = dir.symlink_metadata(&real)?.file_type();
+        Ok((real, kind))
+    })?;
     if !(kind.is_file() || kind.is_dir() || kind.is_symlink()) {
         return Err(RpcError::invalid_params(format!(
             "{} is a FIFO, socket or device: only files, folders and links are copied",
             source.display()
         )));
     }
-    let to = locate_entry(roots, &destination)?;
-    if roots.holds_root(&to) {
-        return Err(RpcError::new(
-            code::PERMISSION_DENIED,
-            format!(
-                "{} is a working directory of the session (or holds one) and cannot be replaced",
-                destination.display()
-            ),
-        ));
-    }
-    check_distinct(&from, &to, &destination, p.fail_if_exists == Some(true))?;
-    if from == to {
+    let to = child_entry(roots, &destination, "replaced")?;
+    check_distinct(
+        &place.absolute(&real),
+        &to.real,
+        &destination,
+        p.fail_if_exists == Some(true),
+    )?;
+    if place.absolute(&real) == to.real {
         return Ok(ResourceCopyResult {});
     }
-    // Both sides are reached from their root without following a link and copied relative
-    // to those descriptors (see `at::copy_tree`): a folder swapped for a symlink meanwhile
-    // fails the call instead of reading or writing outside the root.
-    let (Some(from_parent), Some(from_name), Some(to_parent), Some(to_name)) =
-        (from.parent(), from.file_name(), to.parent(), to.file_name())
-    else {
-        return Err(denied(&source));
-    };
-    let from_dir = open_dir_beneath(roots, from_parent).map_err(|e| io_error(&source, &e))?;
-    let to_dir = open_dir_beneath(roots, to_parent).map_err(|e| io_error(&destination, &e))?;
-    // Always cleared: the copy is created with O_EXCL, so a symlink left at the destination
-    // is replaced rather than written through.
+    // Always cleared: the copy is created anew, so a symlink left at the destination is
+    // replaced rather than written through.
     clear_at(
-        &to_dir,
-        to_name,
+        &to.dir,
+        &to.name,
         &destination,
         p.fail_if_exists == Some(true),
         true,
     )?;
-    at::copy_tree(&from_dir, from_name, &to_dir, to_name)
+    copy_tree(&place.root.dir, &real, &to.dir, to.name.as_ref())
         .map_err(|e| io_error(&destination, &e))?;
     Ok(ResourceCopyResult {})
+}
+
+/// Copies `from_path` in `from` to a new `to_name` in `to`: a folder with everything in it, a
+/// link as a link, a file's bytes and mode; other kinds are skipped. Every step goes through
+/// the folders' handles, so nothing is read or written outside them.
+fn copy_tree(from: &Dir, from_path: &Path, to: &Dir, to_name: &Path) -> io::Result<()> {
+    let meta = from.symlink_metadata(from_path)?;
+    let kind = meta.file_type();
+    let mode = meta.permissions().mode() & 0o7777;
+    if kind.is_symlink() {
+        to.symlink_contents(from.read_link_contents(from_path)?, to_name)
+    } else if kind.is_dir() {
+        to.create_dir_with(to_name, DirBuilder::new().mode(0o700))?;
+        let (src, dst) = (from.open_dir(from_path)?, to.open_dir(to_name)?);
+        for entry in src.entries()? {
+            let child = entry?.file_name();
+            copy_tree(&src, child.as_ref(), &dst, child.as_ref())?;
+        }
+        // Last, so a read-only folder can still be filled.
+        to.set_permissions(to_name, meta.permissions())
+    } else if kind.is_file() {
+        let mut src = from.open(from_path)?;
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true).mode(mode);
+        let mut dst = to.open_with(to_name, &options)?;
+        io::copy(&mut src, &mut dst)?;
+        // The umask may have narrowed the mode it was created with.
+        dst.set_permissions(meta.permissions())
+    } else {
+        tracing::debug!("resourceCopy skips a special file");
+        Ok(())
+    }
 }
 
 /// Refuses a move or copy whose destination is its own source's descendant or ancestor:
@@ -1172,14 +990,14 @@ fn check_distinct(
 /// Makes way at a destination entry: refused with `failIfExists`, else a directory is
 /// removed (and, with `always`, anything else too; a symlink as the link itself).
 fn clear_at(
-    dir: &std::os::fd::OwnedFd,
+    dir: &Dir,
     name: &std::ffi::OsStr,
     shown: &Path,
     fail_if_exists: bool,
     always: bool,
 ) -> Result<(), RpcError> {
-    let is_dir = match at::is_dir_nofollow(dir, name) {
-        Ok(d) => d,
+    let is_dir = match dir.symlink_metadata(name) {
+        Ok(meta) => meta.is_dir(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io_error(shown, &e)),
     };
@@ -1187,9 +1005,9 @@ fn clear_at(
         return Err(already_exists(shown));
     }
     let removed = if is_dir {
-        at::remove_tree(dir, name)
+        dir.remove_dir_all(name)
     } else if always {
-        at::unlink(dir, name, false)
+        dir.remove_file(name)
     } else {
         Ok(())
     };
@@ -1201,6 +1019,7 @@ fn clear_at(
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::fs::{self, File};
     use std::os::unix::fs::symlink;
 
     /// A temporary directory holding the root `root/` and, beside it, `outside.txt` and
@@ -1388,12 +1207,14 @@ mod tests {
 
     /// A symlink race: folder `sub` in the root and `outdir` outside it (holding `inner.txt`),
     /// set up by `prepare`, then `calls` calls made by `call(sub, i)` while another thread
-    /// swaps `sub` for a link to `outdir` and back. Asserts the race was exercised and that some
-    /// calls succeeded; returns the environment (to inspect), `sub` and `outdir`.
+    /// swaps `sub` for a link to `outdir` and back; each answer that is not an error goes to
+    /// `answered`. Asserts the race was exercised and that some calls succeeded; returns the
+    /// environment (to inspect), `sub` and `outdir`.
     async fn race_a_swapped_folder(
         prepare: impl FnOnce(&Path, &Path),
         calls: usize,
         call: impl Fn(&Path, usize) -> (&'static str, Value),
+        mut answered: impl FnMut(&'static str, Value),
     ) -> (Env, PathBuf, PathBuf) {
         let _one_at_a_time = STRESS.lock().await;
         let env = Env::new();
@@ -1414,7 +1235,8 @@ mod tests {
                 && started.elapsed() < std::time::Duration::from_secs(60))
         {
             let (method, params) = call(&sub, i);
-            if env.call(method, params).await.is_ok() {
+            if let Ok(answer) = env.call(method, params).await {
+                answered(method, answer);
                 succeeded += 1;
             }
             i += 1;
@@ -1453,6 +1275,7 @@ mod tests {
                 let params = json!({"uri": u(&f), "data": "x", "encoding": "utf-8"});
                 ("resourceWrite", params)
             },
+            |_, _| {},
         )
         .await;
         let outside: Vec<String> = names_in(&outdir, "")
@@ -1471,6 +1294,7 @@ mod tests {
                 let d = sub.join(format!("d{i}")).join("inner");
                 ("resourceMkdir", json!({"uri": u(&d)}))
             },
+            |_, _| {},
         )
         .await;
         let outside: Vec<String> = names_in(&outdir, "")
@@ -1502,6 +1326,7 @@ mod tests {
                 let params = json!({"uri": u(&sub.join(name)), "recursive": recursive});
                 ("resourceDelete", params)
             },
+            |_, _| {},
         )
         .await;
         let missing: Vec<String> = (0..1_000)
@@ -1521,6 +1346,7 @@ mod tests {
                 let params = json!({"source": u(&from), "destination": u(&to)});
                 ("resourceMove", params)
             },
+            |_, _| {},
         )
         .await;
         let touched = names_in(&outdir, "g");
@@ -1544,6 +1370,7 @@ mod tests {
                 let params = json!({"source": u(&from), "destination": u(&to)});
                 ("resourceCopy", params)
             },
+            |_, _| {},
         )
         .await;
         let written_outside = names_in(&outdir, "c");
@@ -1557,6 +1384,49 @@ mod tests {
             .map(|p| p.display().to_string())
             .collect();
         assert!(leaked.is_empty(), "read from outside: {leaked:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_mid_read_list_or_resolve_never_shows_outside() {
+        let mut shown = Vec::new();
+        let (env, _, _) = race_a_swapped_folder(
+            |sub, outdir| files_on_both_sides(sub, outdir, 1_000),
+            1_500,
+            |sub, i| {
+                let f = u(&sub.join(format!("f{}", i / 3)));
+                match i % 3 {
+                    0 => ("resourceRead", json!({"uri": f})),
+                    1 => ("resourceList", json!({"uri": u(sub)})),
+                    _ => ("resourceResolve", json!({"uri": f})),
+                }
+            },
+            |method, answer| shown.push((method, answer)),
+        )
+        .await;
+        let root = u(&env.root());
+        let mut methods = std::collections::HashSet::new();
+        for (method, answer) in &shown {
+            methods.insert(*method);
+            match *method {
+                "resourceRead" => assert_eq!(answer["data"], "inside"),
+                "resourceList" => {
+                    let names = answer["entries"].as_array().unwrap();
+                    assert!(
+                        !names.iter().any(|e| e["name"] == "inner.txt"),
+                        "listed outside: {answer}"
+                    );
+                }
+                _ => assert!(
+                    answer["uri"].as_str().unwrap().starts_with(&root),
+                    "resolved outside: {answer}"
+                ),
+            }
+        }
+        assert_eq!(
+            methods.len(),
+            3,
+            "each kind of call succeeded at least once"
+        );
     }
 
     /// The symlink-race stress tests run one at a time: several at once on two cores can
@@ -2266,28 +2136,30 @@ mod tests {
     }
 
     #[test]
-    fn a_path_swapped_after_the_open_is_caught() {
+    fn a_folder_swapped_for_a_link_after_it_was_opened_is_still_the_one_opened() {
         let env = Env::new();
         let (root, out) = (env.root(), env.outside());
         fs::create_dir(root.join("a")).unwrap();
         fs::write(root.join("a/f"), "inside").unwrap();
         fs::write(out.join("outdir/f"), "outside").unwrap();
         let real = root.join("a/f");
-        // What an open that lost the race would hold: the file outside.
-        let opened = File::open(out.join("outdir/f")).unwrap();
-        let seen = opened.metadata().unwrap();
-        let e = still_inside(&env.roots, &real, &real, &seen).unwrap_err();
-        assert_eq!(e.code, code::PERMISSION_DENIED);
-        // The directory swapped for a link out after an honest open.
-        let opened =
-            open_verified(&env.roots, &real, &real, OpenOptions::new().read(true)).unwrap();
-        let seen = opened.metadata().unwrap();
+        // What a command holds once it has found the entry: its folder, opened.
+        let Ok(Entry::Child(child)) = entry(&env.roots, &real) else {
+            panic!("a/f is an entry in a folder")
+        };
+        // The folder swapped for a link out before the command acts on it.
         fs::rename(root.join("a"), root.join("a-old")).unwrap();
         symlink(out.join("outdir"), root.join("a")).unwrap();
-        let e = still_inside(&env.roots, &real, &real, &seen).unwrap_err();
+        child.dir.remove_file(&child.name).unwrap();
+        assert!(!root.join("a-old/f").exists(), "removed inside");
+        assert_eq!(fs::read_to_string(out.join("outdir/f")).unwrap(), "outside");
+        // Found afresh, the path is refused; the root's handle does not follow the link.
+        let Err(e) = entry(&env.roots, &real) else {
+            panic!("a/f leads outside now")
+        };
         assert_eq!(e.code, code::PERMISSION_DENIED);
-        let e = open_verified(&env.roots, &real, &real, OpenOptions::new().read(true)).unwrap_err();
-        assert_eq!(e.code, code::PERMISSION_DENIED);
+        let e = env.roots.roots[0].dir.open("a/f").unwrap_err();
+        assert!(led_out(&e), "{e}");
     }
 
     #[tokio::test]
