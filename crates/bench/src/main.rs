@@ -60,6 +60,7 @@ impl Pacing {
     }
 }
 
+#[derive(Clone)]
 struct Target {
     base: String,
     auth: String,
@@ -127,6 +128,12 @@ fn main() -> anyhow::Result<()> {
         require_copilot_headers: false,
         ..FakeConfig::default()
     }))?;
+    // The probes' requests (see `probe`) get a short stream; pushed first, so it matches first.
+    fake.push(Rule {
+        when: Match::LastUserContains(PROBE_TEXT.into()),
+        reply: Reply::many_deltas(10),
+        times: Some(usize::MAX),
+    });
     fake.push(Rule {
         when: Match::Always,
         reply: Reply::many_deltas(events_per_stream),
@@ -168,13 +175,37 @@ fn main() -> anyhow::Result<()> {
         let mut rate_proxy = Vec::new();
         let mut ratio = Vec::new();
         let mut cpu_per_event = Vec::new();
+        // Each run's TTFB (ms): direct p50, p99, through the proxy p50, p99.
+        let mut absolute = Vec::new();
+        // The probes' (direct, through the proxy) TTFBs, ms, over every run.
+        let mut probes: Vec<(f64, f64)> = Vec::new();
         for _ in 0..runs {
             let d = client_rt.block_on(run_load(&direct, concurrency, per_task))?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let prober = {
+                let (direct, proxied) = (direct.target.clone(), via_proxy.target.clone());
+                let stop = stop.clone();
+                std::thread::spawn(move || probe(&direct, &proxied, &stop))
+            };
             let cpu0 = cpu_ns(pid)?;
-            let p = client_rt.block_on(run_load(&via_proxy, concurrency, per_task))?;
+            let p = client_rt.block_on(run_load(&via_proxy, concurrency, per_task));
             let cpu1 = cpu_ns(pid)?;
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            let pairs = prober
+                .join()
+                .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
+            let p = p?;
+            probes.extend(pairs);
             let (d50, d99) = percentiles(&d.ttfb);
             let (p50, p99) = percentiles(&p.ttfb);
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            absolute.push(format!(
+                "{:.1}/{:.1} → {:.1}/{:.1}",
+                ms(d50),
+                ms(d99),
+                ms(p50),
+                ms(p99)
+            ));
             added_p50.push(p50.as_secs_f64() * 1e3 - d50.as_secs_f64() * 1e3);
             added_p99.push(p99.as_secs_f64() * 1e3 - d99.as_secs_f64() * 1e3);
             let rd = d.events as f64 / d.wall.as_secs_f64();
@@ -195,6 +226,27 @@ fn main() -> anyhow::Result<()> {
             fmt(&cpu_per_event, 2),
             peak as f64 / 1024.0
         );
+        // The differences alone hide whether both sides queued: with every core busy, the
+        // load client's own scheduling delays its reads of the direct streams too.
+        eprintln!(
+            "  {concurrency} streams, TTFB p50/p99 direct → proxied (ms), per run: {}",
+            absolute.join(", ")
+        );
+        if !probes.is_empty() {
+            let mut added: Vec<f64> = probes.iter().map(|(d, p)| p - d).collect();
+            added.sort_by(f64::total_cmp);
+            let mut direct: Vec<f64> = probes.iter().map(|(d, _)| *d).collect();
+            direct.sort_by(f64::total_cmp);
+            let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+            eprintln!(
+                "  {concurrency} streams, probes: {} pairs, added TTFB p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms (direct probe TTFB p50 {:.3} ms)",
+                added.len(),
+                q(&added, 0.5),
+                q(&added, 0.9),
+                q(&added, 0.99),
+                q(&direct, 0.5)
+            );
+        }
     }
     // Let connections close and the proxy notice it is idle; then past the upstream pool's
     // idle timeout (60 s), which the target's "one minute after" allows for.
@@ -297,6 +349,82 @@ async fn mint(fake_url: &str) -> anyhow::Result<String> {
         .as_str()
         .map(str::to_owned)
         .context("no token in mint reply")
+}
+
+/// What a probe asks for (the fake answers it with ten events).
+const PROBE_TEXT: &str = "probe: first byte please";
+
+/// While a proxied run streams, sends single requests, one at a time, from a thread and a
+/// runtime of its own, alternately direct and through the proxy (which first alternates
+/// too), each on its kept-alive connection, as a new turn of a session would arrive. The
+/// load client is busy with its own streams and would delay its own first bytes; the probe
+/// is not, and the fake serves both probes under the same load, so the difference of a pair
+/// is what the proxy adds to a request that arrives while it relays. Stops when `stop` is set.
+fn probe(
+    direct: &Target,
+    proxied: &Target,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Vec<(f64, f64)>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(connector);
+        let body = Bytes::from(
+            serde_json::json!({
+                "model": "claude-opus-5.5",
+                "max_tokens": 64000,
+                "stream": true,
+                "messages": [{"role": "user", "content": PROBE_TEXT}]
+            })
+            .to_string(),
+        );
+        let once = |target: &Target| {
+            let req = http::Request::post(format!("{}/v1/messages?beta=true", target.base))
+                .header("authorization", &target.auth)
+                .header("content-type", "application/json")
+                .header("anthropic-version", "2023-06-01")
+                .body(Full::new(body.clone()));
+            let client = client.clone();
+            async move {
+                let t0 = Instant::now();
+                let resp = client.request(req?).await?;
+                if resp.status() != 200 {
+                    bail!("probe: HTTP {}", resp.status());
+                }
+                let mut b = resp.into_body();
+                let mut first = None;
+                while let Some(frame) = b.frame().await {
+                    if frame?.is_data() && first.is_none() {
+                        first = Some(t0.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+                first.context("probe: no body")
+            }
+        };
+        // Let the load's streams start first.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut pairs = Vec::new();
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let pair = if n.is_multiple_of(2) {
+                let d = once(direct).await?;
+                (d, once(proxied).await?)
+            } else {
+                let p = once(proxied).await?;
+                (once(direct).await?, p)
+            };
+            n += 1;
+            if !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                pairs.push(pair);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(pairs)
+    })
 }
 
 fn body() -> Bytes {

@@ -2,13 +2,13 @@
 //! through the proxy's real router and SSE relay, with no socket, against a scripted upstream.
 //! Not part of the proxy's API.
 
-use crate::{ProxyConfig, State, auth, initiator, routes};
+use crate::{ProxyConfig, State, auth, routes};
 use async_trait::async_trait;
 use bytes::Bytes;
 use claude_host_upstream::{Catalog, MessagesCall, Upstream, UpstreamError, UpstreamResponse};
 use http_body_util::{BodyExt, Full};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 /// The `Host` header the fuzzed proxy serves (it "listens" on this address).
 pub const HOST: &str = "127.0.0.1:8080";
@@ -108,21 +108,12 @@ pub fn exchange(
         ..ProxyConfig::default()
     };
     let bound: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 8080));
-    let state = Arc::new(State {
-        allowed_hosts: auth::allowed_hosts(config.listen, bound),
+    let state = State::detached(
         config,
-        nonce: auth::Nonce(NONCE.to_owned()),
-        active: std::sync::atomic::AtomicUsize::new(0),
-        trim_scheduled: std::sync::atomic::AtomicBool::new(false),
-        upstream: RwLock::new(upstream.clone()),
-        ledger: Arc::new(initiator::Ledger::new()),
-        quota_exhausted_at: std::sync::Mutex::new(None),
-        background: crate::Background {
-            tracker: tokio_util::task::TaskTracker::new(),
-            cancel: tokio_util::sync::CancellationToken::new(),
-        },
-        telemetry: crate::telemetry::Telemetry::new(None),
-    });
+        bound,
+        auth::Nonce(NONCE.to_owned()),
+        upstream.clone(),
+    );
     let (parts, body) = request.into_parts();
     let request = http::Request::from_parts(parts, Full::new(body));
     let handled = async move {

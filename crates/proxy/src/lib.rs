@@ -14,6 +14,7 @@ mod initiator;
 mod relay;
 mod routes;
 pub mod telemetry;
+mod turns;
 
 pub use auth::Nonce;
 pub use initiator::{PromptLedger, PromptSource, SessionUsage};
@@ -23,6 +24,7 @@ use claude_host_protocol::betas::DEFAULT_BETA_FAMILIES;
 use claude_host_upstream::Upstream;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -119,6 +121,32 @@ pub(crate) struct Background {
 const QUOTA_RECHECK: Duration = Duration::from_secs(15 * 60);
 
 impl State {
+    /// A proxy's state without a listener: for the fuzz targets and unit tests, which call
+    /// the router and the relay directly. `bound` is the address it "listens" on.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn detached(
+        config: ProxyConfig,
+        bound: SocketAddr,
+        nonce: Nonce,
+        upstream: Arc<dyn Upstream>,
+    ) -> Arc<State> {
+        Arc::new(State {
+            allowed_hosts: auth::allowed_hosts(config.listen, bound),
+            config,
+            nonce,
+            active: std::sync::atomic::AtomicUsize::new(0),
+            trim_scheduled: std::sync::atomic::AtomicBool::new(false),
+            upstream: RwLock::new(upstream),
+            ledger: Arc::new(initiator::Ledger::new()),
+            quota_exhausted_at: std::sync::Mutex::new(None),
+            background: Background {
+                tracker: TaskTracker::new(),
+                cancel: CancellationToken::new(),
+            },
+            telemetry: telemetry::Telemetry::new(None),
+        })
+    }
+
     pub(crate) fn mark_quota_exhausted(&self) {
         *self
             .quota_exhausted_at
@@ -423,6 +451,10 @@ async fn accept_loop(
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout)
                 .serve_connection(TokioIo::new(stream), service);
+            // Each poll of this task is a numbered turn: a relay that has forwarded its share
+            // gives way until the next one (`turns`).
+            let mut conn = std::pin::pin!(conn);
+            let conn = std::future::poll_fn(|cx| turns::within(|| conn.as_mut().poll(cx)));
             tokio::select! {
                 r = conn => {
                     if let Err(e) = r {

@@ -190,7 +190,18 @@ pub(crate) struct Relay {
     background: crate::Background,
     /// For a model served on an OpenAI API: turns its events into Anthropic ones.
     translator: Option<Box<StreamTranslator>>,
+    /// Upstream bytes taken in the turn `turn` of the connection's task (`crate::turns`).
+    turn_bytes: usize,
+    turn: u64,
+    /// The turn in which the relay last gave way: it stays quiet until the next.
+    gave_way_in: u64,
 }
+
+/// Upstream bytes a relay takes in one turn of its task before it gives way to the rest of
+/// the thread's work (other relays, requests waiting for their first byte). A turn's output
+/// leaves in one socket write: 16 KiB is what hyper buffers before it writes anyway
+/// (`CONNECTION_BUFFER`) and one upstream read at most, so giving way adds no write.
+const TURN_SHARE: usize = 16 * 1024;
 
 /// How long, and how many bytes, the upstream's rest is read after the relay's end.
 const DRAIN_FOR: Duration = Duration::from_secs(2);
@@ -221,6 +232,9 @@ impl Relay {
             log,
             background,
             translator: None,
+            turn_bytes: 0,
+            turn: 0,
+            gave_way_in: 0,
         }
     }
 
@@ -282,6 +296,13 @@ impl Relay {
                         let now = tokio::time::Instant::now();
                         self.last_data = now;
                         self.sleep.as_mut().reset(now + self.ping_interval);
+                        // The first events leave at once. hyper writes the response head with
+                        // the first frames only when the body pauses or its buffer is full, and
+                        // an upstream that is ahead of the relay never lets it pause: the
+                        // client's first byte waited for 16 KiB of output. Counted as a full
+                        // share of this turn, the relay gives way after its first frame.
+                        self.turn = crate::turns::current();
+                        self.turn_bytes = usize::MAX;
                         return RelayStart::Stream(Box::new(self));
                     }
                 }
@@ -550,9 +571,22 @@ impl Relay {
                 }
                 return Poll::Ready(None);
             }
+            let turn = crate::turns::current();
+            if turn != 0 && turn == self.turn && self.turn_bytes >= TURN_SHARE {
+                if self.gave_way_in != turn {
+                    self.gave_way_in = turn;
+                    give_way(cx);
+                }
+                return Poll::Pending;
+            }
             match self.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     self.last_data = tokio::time::Instant::now();
+                    if turn != self.turn {
+                        self.turn = turn;
+                        self.turn_bytes = 0;
+                    }
+                    self.turn_bytes += chunk.len();
                     self.append(chunk);
                     self.process();
                 }
@@ -586,6 +620,14 @@ impl Relay {
             }
         }
     }
+}
+
+/// Arranges for the task to be polled again after the work that is ready now, and after the
+/// I/O that became ready meanwhile (tokio's `yield_now`: the wake-up is deferred until the
+/// scheduler has looked at its sockets), rather than at once.
+fn give_way(cx: &mut Context<'_>) {
+    let yielded = std::pin::pin!(tokio::task::yield_now()).poll(cx);
+    debug_assert!(yielded.is_pending());
 }
 
 /// `message_start` with `message.model` set to the client's id and every other byte of its
@@ -654,3 +696,136 @@ impl Stream for RelayStream {
 }
 
 use std::future::Future;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use claude_host_protocol::request_kind::RequestKind;
+    use std::sync::Arc;
+
+    /// A relay of `chunks`, all ready at once: an upstream far ahead of the relay.
+    fn relay_of(chunks: Vec<Bytes>) -> Relay {
+        let state = crate::State::detached(
+            ProxyConfig::default(),
+            std::net::SocketAddr::from(([127, 0, 0, 1], 8080)),
+            crate::Nonce::generate(),
+            Arc::new(claude_host_upstream::signed_out::SignedOut),
+        );
+        let log = RequestLog::new(
+            crate::ActiveRequest::new(&state),
+            "s".into(),
+            "m".into(),
+            "m".into(),
+            Instant::now(),
+            Billing {
+                initiator: Initiator::Agent,
+                kind: RequestKind::ToolResult,
+                counts: (0, 1),
+                adapted: Vec::new(),
+                multiplier: None,
+            },
+        );
+        Relay::new(
+            Box::pin(futures::stream::iter(chunks.into_iter().map(Ok))),
+            "m".into(),
+            &state.config,
+            log,
+            state.background.clone(),
+        )
+    }
+
+    /// `n` upstream reads of ten `text_delta` events each, then `message_stop`.
+    fn stream(reads: usize) -> (Vec<Bytes>, usize) {
+        let event = b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"w1 \"}}\n\n";
+        let read: Vec<u8> = event.repeat(10);
+        let mut chunks: Vec<Bytes> = (0..reads).map(|_| Bytes::from(read.clone())).collect();
+        chunks.push(Bytes::from_static(
+            b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        ));
+        let total = chunks.iter().map(Bytes::len).sum();
+        (chunks, total)
+    }
+
+    /// Polls `relay` as hyper does in one turn of its connection's task: frames until
+    /// `Pending` (and once more after it); the bytes it gave, and whether it ended.
+    fn one_turn(relay: &mut Relay, cx: &mut Context<'_>) -> (usize, bool) {
+        crate::turns::within(|| {
+            let mut bytes = 0;
+            loop {
+                match relay.poll_event(cx) {
+                    Poll::Ready(Some(b)) => bytes += b.len(),
+                    Poll::Ready(None) => return (bytes, true),
+                    Poll::Pending => {
+                        // hyper may poll a body again within the same turn.
+                        assert!(relay.poll_event(cx).is_pending());
+                        return (bytes, false);
+                    }
+                }
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_relay_whose_upstream_is_ahead_gives_way_after_its_share_of_a_turn() {
+        let (chunks, total) = stream(200);
+        let read = chunks[0].len();
+        let mut relay = relay_of(chunks);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut turns = Vec::new();
+        loop {
+            let (bytes, ended) = one_turn(&mut relay, &mut cx);
+            turns.push(bytes);
+            if ended {
+                break;
+            }
+            assert!(turns.len() < 10_000, "the relay never ended");
+        }
+        assert_eq!(turns.iter().sum::<usize>(), total, "every byte relayed");
+        // Without giving way, hyper would have taken the whole stream (260 KB) in one turn.
+        let most = turns.iter().copied().max().unwrap_or(0);
+        assert!(
+            most <= TURN_SHARE + read,
+            "a turn relayed {most} bytes, more than its share {} and one read",
+            TURN_SHARE
+        );
+        assert!(turns.len() >= total / (TURN_SHARE + read));
+    }
+
+    #[tokio::test]
+    async fn the_first_frame_leaves_before_the_relay_takes_more() {
+        let (chunks, _) = stream(50);
+        let read = chunks[0].len();
+        let relay = relay_of(chunks);
+        // The handler's turn: the relay starts, hyper takes its first frame and polls again.
+        let (started, rest) = crate::turns::within(|| {
+            let mut start = std::pin::pin!(relay.start());
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let Poll::Ready(RelayStart::Stream(mut relay)) = start.as_mut().poll(&mut cx) else {
+                panic!("the relay did not start on ready bytes");
+            };
+            let first = match relay.poll_event(&mut cx) {
+                Poll::Ready(Some(b)) => b.len(),
+                other => panic!("no first frame: {other:?}"),
+            };
+            (first, relay.poll_event(&mut cx).map(|b| b.map(|b| b.len())))
+        });
+        assert_eq!(started, read, "the first read is the first frame");
+        assert_eq!(rest, Poll::Pending, "the relay waits for its next turn");
+    }
+
+    #[tokio::test]
+    async fn outside_a_numbered_turn_nothing_gives_way() {
+        let (chunks, total) = stream(200);
+        let mut relay = relay_of(chunks);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut bytes = 0;
+        loop {
+            match relay.poll_event(&mut cx) {
+                Poll::Ready(Some(b)) => bytes += b.len(),
+                Poll::Ready(None) => break,
+                Poll::Pending => panic!("a relay outside a turn must not pause"),
+            }
+        }
+        assert_eq!(bytes, total);
+    }
+}
