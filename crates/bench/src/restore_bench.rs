@@ -124,6 +124,10 @@ fn host_command(bin: &Path, f: &Fixture) -> Command {
         .env("CLAUDE_HOST_HOME", f.home.join("data"))
         .env("CLAUDE_HOST_LOG", "warn")
         .current_dir(&f.work);
+    // `serve` and `acp` look for the CLI at start (and would install it).
+    if let Ok(cli) = claude_host_testkit::cli::pinned_cli() {
+        c.env("CLAUDE_HOST_CLAUDE_PATH", cli);
+    }
     c
 }
 
