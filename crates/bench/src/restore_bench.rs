@@ -296,8 +296,8 @@ fn list_many(bin: &Path, f: &Fixture, n: usize) -> anyhow::Result<Run> {
         )?;
     }
     // A first run warms the page cache, as a person's machine has it.
-    run_measured(host_command(bin, f).args(["sessions", "list", "--limit", "10"]))?;
-    run_measured(host_command(bin, f).args(["sessions", "list", "--limit", "10"]))
+    run_measured(host_command(bin, f).args(["sessions", "list"]))?;
+    run_measured(host_command(bin, f).args(["sessions", "list"]))
 }
 
 fn mib(kib: u64) -> f64 {

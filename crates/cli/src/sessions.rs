@@ -182,8 +182,7 @@ pub(crate) async fn run(
             }
         }
         SessionsCommand::List { cwd, limit } => {
-            let mut all = transcripts::list_sessions(&dir, cwd.as_deref())?;
-            all.truncate(*limit);
+            let mut all = transcripts::list_newest(&dir, cwd.as_deref(), *limit)?;
             let host = overlay(home, db.as_ref()).await;
             // Who drives each session now (live leases in the shared database).
             let held: HashMap<String, claude_host_store::Lease> = match &db {

@@ -85,6 +85,16 @@ pub fn list_sessions(
     config_dir: &Path,
     cwd: Option<&Path>,
 ) -> Result<Vec<SessionSummary>, TranscriptError> {
+    list_newest(config_dir, cwd, usize::MAX)
+}
+
+/// The `limit` newest sessions (by modification time), as [`list_sessions`] lists them: only
+/// those transcripts are read, so a listing costs a `stat` per session beyond them.
+pub fn list_newest(
+    config_dir: &Path,
+    cwd: Option<&Path>,
+    limit: usize,
+) -> Result<Vec<SessionSummary>, TranscriptError> {
     let dirs: Vec<PathBuf> = match cwd {
         Some(c) => vec![project_dir(config_dir, c)],
         None => {
@@ -100,7 +110,7 @@ pub fn list_sessions(
             }
         }
     };
-    let mut out = Vec::new();
+    let mut found: Vec<(SystemTime, PathBuf)> = Vec::new();
     for dir in dirs {
         let Ok(rd) = std::fs::read_dir(&dir) else {
             continue;
@@ -110,12 +120,25 @@ pub fn list_sessions(
             if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
                 continue;
             }
-            match summarize(&path) {
-                Ok(s) => out.push(s),
-                Err(e) => tracing::warn!(error = %e, "skipping an unreadable transcript"),
-            }
+            // As `summarize` stats it (following a link); an unreadable one is skipped there.
+            let modified = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push((modified, path));
         }
     }
+    found.sort_by_key(|(m, _)| std::cmp::Reverse(*m));
+    let mut out = Vec::new();
+    for (_, path) in found {
+        if out.len() >= limit {
+            break;
+        }
+        match summarize(&path) {
+            Ok(s) => out.push(s),
+            Err(e) => tracing::warn!(error = %e, "skipping an unreadable transcript"),
+        }
+    }
+    // Stable, by the times the summaries read (the same as above unless a file changed).
     out.sort_by_key(|s| std::cmp::Reverse(s.modified));
     Ok(out)
 }

@@ -74,10 +74,11 @@ pub fn generate(config_dir: &Path, cwd: &str, target_bytes: u64) -> std::io::Res
             })
             .collect();
         for e in &mut copy {
-            if e.contains_key("uuid") && e.get("parentUuid") == Some(&Value::Null) {
-                if let Some(l) = &last {
-                    e.insert("parentUuid".into(), Value::String(l.clone()));
-                }
+            if e.contains_key("uuid")
+                && e.get("parentUuid") == Some(&Value::Null)
+                && let Some(l) = &last
+            {
+                e.insert("parentUuid".into(), Value::String(l.clone()));
             }
         }
         if copies % SUBAGENT_EVERY == SUBAGENT_EVERY - 1

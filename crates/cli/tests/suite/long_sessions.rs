@@ -19,6 +19,7 @@ const BOUND_MIB: u64 = 32;
 
 /// Runs `cmd`, returning its stdout and its peak RSS in KiB.
 #[allow(unsafe_code)] // wait4: the only way to a child's own peak RSS.
+#[allow(clippy::zombie_processes)] // wait4 reaps it.
 fn run_with_peak(cmd: &mut Command) -> (Vec<u8>, u64) {
     let mut child = cmd
         .stdout(Stdio::piped())
