@@ -3,8 +3,8 @@
 //! subagent files: `claude_host_testkit::long_transcript`).
 //!
 //! For each size, each a process of its own:
-//! - `sessions show ID --json`: wall time, peak RSS (the child's `ru_maxrss` from `wait4`), and
-//!   the bytes it printed;
+//! - `sessions show ID --json`: wall and CPU time, peak RSS (under `/usr/bin/time`), and the
+//!   bytes it printed;
 //! - `sessions fork ID --json`: the same;
 //! - AHP open: a `claude-host serve`; a client (the official `ahp` crate over `ahp-ws`)
 //!   subscribes to the session, then to its default chat, until the chat's snapshot is in. The
@@ -44,17 +44,42 @@ const MB: u64 = 1024 * 1024;
 /// One child process's run.
 struct Run {
     wall: Duration,
+    /// CPU time (user + system).
+    cpu: Duration,
     max_rss_kib: u64,
     stdout_bytes: usize,
 }
 
-/// Runs `cmd` to its end, reading its stdout, and takes its peak RSS from `wait4`.
-#[allow(unsafe_code)] // wait4: the only way to a child's own peak RSS.
-fn run_measured(cmd: &mut Command) -> anyhow::Result<Run> {
+/// Runs `claude-host ARGS` for `f` to its end under `/usr/bin/time`, reading its stdout, for its
+/// peak RSS and CPU time. Not `wait4` on a child of this process: Linux carries the high-water
+/// RSS of the process that spawned it (this benchmark, which has held a transcript) across
+/// `execve` into the child's `ru_maxrss`; `time` spawns it from its own small image.
+fn run_measured(bin: &Path, f: &Fixture, args: &[&str]) -> anyhow::Result<Run> {
+    let report = f.home.join("time.out");
+    let cmd = host_command(bin, f);
+    let program = cmd.get_program().to_owned();
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .arg("-f")
+        .arg("%M %U %S")
+        .arg("-o")
+        .arg(&report)
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .current_dir(&f.work);
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            timed.env(k, v);
+        }
+    }
     let t = Instant::now();
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut child = timed
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running /usr/bin/time")?;
     let mut out = child.stdout.take().context("no stdout")?;
-    let mut err = child.stderr.take().context("no stderr")?;
     let reader = std::thread::spawn(move || {
         let mut n = 0usize;
         let mut buf = vec![0u8; 1 << 16];
@@ -66,31 +91,25 @@ fn run_measured(cmd: &mut Command) -> anyhow::Result<Run> {
         }
         n
     });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let pid = i32::try_from(child.id())?;
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our child, not yet reaped (std's `Child` never waited on it).
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let output = child.wait_with_output()?;
     let wall = t.elapsed();
-    anyhow::ensure!(
-        r == pid,
-        "wait4 failed: {}",
-        std::io::Error::last_os_error()
-    );
     let stdout_bytes = reader.join().unwrap_or(0);
-    let stderr = err_reader.join().unwrap_or_default();
-    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        bail!("{cmd:?} failed ({status}): {stderr}");
+    if !output.status.success() {
+        bail!(
+            "claude-host {args:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
+    let text = std::fs::read_to_string(&report)?;
+    let mut fields = text.split_whitespace();
+    let max_rss_kib = fields.next().context("no RSS from time")?.parse()?;
+    let user: f64 = fields.next().context("no user time")?.parse()?;
+    let system: f64 = fields.next().context("no system time")?.parse()?;
     Ok(Run {
         wall,
-        max_rss_kib: u64::try_from(usage.ru_maxrss)?,
+        cpu: Duration::from_secs_f64(user + system),
+        max_rss_kib,
         stdout_bytes,
     })
 }
@@ -296,8 +315,8 @@ fn list_many(bin: &Path, f: &Fixture, n: usize) -> anyhow::Result<Run> {
         )?;
     }
     // A first run warms the page cache, as a person's machine has it.
-    run_measured(host_command(bin, f).args(["sessions", "list"]))?;
-    run_measured(host_command(bin, f).args(["sessions", "list"]))
+    run_measured(bin, f, &["sessions", "list"])?;
+    run_measured(bin, f, &["sessions", "list"])
 }
 
 fn mib(kib: u64) -> f64 {
@@ -349,26 +368,31 @@ async fn main() -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("claude-host-restore-bench-{}", std::process::id()));
     println!("restoring long sessions (each its own process; RSS in MiB, times in s)");
     println!(
-        "| size | lines | turns | show --json: time, peak RSS | fork: time, peak RSS | AHP open: time, snapshot | serve RSS idle → peak → client left → session closed | ACP load: time, peak RSS, updates |"
+        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | serve RSS idle → peak → client left → session closed | ACP load: time, peak RSS, updates |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for mb in &sizes {
         let f = fixture(&root, *mb)?;
         let id = f.generated.session_id.clone();
         // The page cache holds the file for every figure alike.
-        let _ = std::fs::read(&f.generated.path)?;
-        let show = run_measured(host_command(&bin, &f).args(["sessions", "show", &id, "--json"]))?;
-        let fork = run_measured(host_command(&bin, &f).args(["sessions", "fork", &id, "--json"]))?;
+        std::io::copy(
+            &mut std::fs::File::open(&f.generated.path)?,
+            &mut std::io::sink(),
+        )?;
+        let show = run_measured(&bin, &f, &["sessions", "show", &id, "--json"])?;
+        let fork = run_measured(&bin, &f, &["sessions", "fork", &id, "--json"])?;
         let open = ahp_open(&bin, &f).await?;
         let (load, load_peak, updates) = acp_load(&bin, &f).await?;
         println!(
-            "| {mb} MB | {} | {} | {:.2}, {:.0} ({:.1} MB out) | {:.2}, {:.0} | {:.2}, {:.1} MB | {:.0} → {:.0} → {:.0} → {:.0} | {:.2}, {:.0}, {updates} |",
+            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.0} → {:.0} → {:.0} → {:.0} | {:.2}, {:.0}, {updates} |",
             f.generated.lines,
             open.turns,
             secs(show.wall),
+            secs(show.cpu),
             mib(show.max_rss_kib),
             show.stdout_bytes as f64 / MB as f64,
             secs(fork.wall),
+            secs(fork.cpu),
             mib(fork.max_rss_kib),
             secs(open.wall),
             open.snapshot_bytes as f64 / MB as f64,
@@ -384,9 +408,10 @@ async fn main() -> anyhow::Result<()> {
     let f = fixture(&root, sizes.iter().copied().min().unwrap_or(1))?;
     let list = list_many(&bin, &f, 1000)?;
     println!(
-        "sessions list over 1,000 transcripts of {} MB: {:.3} s, {:.0} MiB peak RSS",
+        "sessions list over 1,000 transcripts of {} MB: {:.3} s ({:.3} s CPU), {:.0} MiB peak RSS",
         sizes.iter().copied().min().unwrap_or(1),
         secs(list.wall),
+        secs(list.cpu),
         mib(list.max_rss_kib)
     );
     let _ = std::fs::remove_dir_all(&root);

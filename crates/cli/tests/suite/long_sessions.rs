@@ -17,7 +17,10 @@ const TRANSCRIPT_MIB: u64 = 40;
 /// Below the bound for a 100 MB transcript (64 MB), and below the file's size.
 const BOUND_MIB: u64 = 32;
 
-/// Runs `cmd`, returning its stdout and its peak RSS in KiB.
+/// Runs `cmd`, returning its stdout and its peak RSS in KiB. Linux folds the spawning process's
+/// high-water RSS into the child's `ru_maxrss` across `execve`, so this is at least the test
+/// process's peak so far: the child is spawned before the test reads the transcript itself,
+/// and the figure can only be too high, never too low.
 #[allow(unsafe_code)] // wait4: the only way to a child's own peak RSS.
 #[allow(clippy::zombie_processes)] // wait4 reaps it.
 fn run_with_peak(cmd: &mut Command) -> (Vec<u8>, u64) {
