@@ -1,11 +1,10 @@
 //! Long sessions: `sessions show --json` of a transcript far larger than its memory bound
-//! prints what the whole-file reader would, and its peak RSS (the child's own, from `wait4`)
-//! stays under the bound.
+//! prints what the whole-file reader would, and its peak RSS (the child's own, from `wait4` in
+//! a fresh process) stays under the bound.
 
 use claude_host_sdk::transcripts::parse_transcript;
 use claude_host_testkit::long_transcript;
 use serde_json::{Value, json};
-use std::io::Read;
 use std::process::{Command, Stdio};
 
 /// The generated transcript: larger than [`BOUND_MIB`], so reading it whole could not stay
@@ -17,24 +16,55 @@ const TRANSCRIPT_MIB: u64 = 40;
 /// Below the bound for a 100 MB transcript (64 MB), and below the file's size.
 const BOUND_MIB: u64 = 32;
 
-/// Runs `cmd`, returning its stdout and its peak RSS in KiB. Linux folds the spawning process's
-/// high-water RSS into the child's `ru_maxrss` across `execve`, so this is at least the test
-/// process's peak so far: the child is spawned before the test reads the transcript itself,
-/// and the figure can only be too high, never too low.
+/// Set in a fresh process of this test binary that runs `sessions show` for the test: the
+/// session's HOME. See [`show_in_a_fresh_process`].
+const MEASURE: &str = "CLAUDE_HOST_TEST_MEASURE_SHOW";
+
+/// The test's own name, to run it alone in a fresh process.
+fn this_test() -> String {
+    let module = module_path!();
+    let module = module.split_once("::").map_or(module, |(_, rest)| rest);
+    format!("{module}::showing_a_long_session_streams_the_same_chain_in_bounded_memory")
+}
+
+/// `sessions show ID --json` in `home`, its stdout to `home/show.out` and its peak RSS (KiB)
+/// to `home/show.peak`, measured from a fresh process of this test binary.
+///
+/// Linux folds the spawning process's high-water RSS into the child's `ru_maxrss` across
+/// `execve`; a child of the test process itself would count whatever the tests running beside
+/// it in this process had used. A fresh process running only this test spawns it instead.
+fn show_in_a_fresh_process(home: &std::path::Path, id: &str) -> (Vec<u8>, u64) {
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &this_test(), "--test-threads=1", "--quiet"])
+        .env(MEASURE, home)
+        .env("CLAUDE_HOST_TEST_SESSION", id)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the measuring process failed");
+    let peak = std::fs::read_to_string(home.join("show.peak")).unwrap();
+    (
+        std::fs::read(home.join("show.out")).unwrap(),
+        peak.trim().parse().unwrap(),
+    )
+}
+
+/// The measuring process's part (see [`show_in_a_fresh_process`]).
 #[allow(unsafe_code)] // wait4: the only way to a child's own peak RSS.
 #[allow(clippy::zombie_processes)] // wait4 reaps it.
-fn run_with_peak(cmd: &mut Command) -> (Vec<u8>, u64) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
+fn measure_show(home: &std::path::Path) {
+    let id = std::env::var("CLAUDE_HOST_TEST_SESSION").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_claude-host"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("CLAUDE_HOST_HOME", home.join("home"))
+        .env("CLAUDE_HOST_LOG", "warn")
+        .args(["sessions", "show", &id, "--json"])
+        .stdout(std::fs::File::create(home.join("show.out")).unwrap())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        out.read_to_end(&mut v).unwrap();
-        v
-    });
     let pid = i32::try_from(child.id()).unwrap();
     let mut status = 0;
     // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
@@ -43,14 +73,14 @@ fn run_with_peak(cmd: &mut Command) -> (Vec<u8>, u64) {
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-    (
-        reader.join().unwrap(),
-        u64::try_from(usage.ru_maxrss).unwrap(),
-    )
+    std::fs::write(home.join("show.peak"), usage.ru_maxrss.to_string()).unwrap();
 }
 
 #[test]
 fn showing_a_long_session_streams_the_same_chain_in_bounded_memory() {
+    if let Some(home) = std::env::var_os(MEASURE) {
+        return measure_show(std::path::Path::new(&home));
+    }
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
@@ -61,15 +91,7 @@ fn showing_a_long_session_streams_the_same_chain_in_bounded_memory() {
         TRANSCRIPT_MIB << 20,
     )
     .unwrap();
-    let (out, peak_kib) = run_with_peak(
-        Command::new(env!("CARGO_BIN_EXE_claude-host"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", dir.path())
-            .env("CLAUDE_HOST_HOME", dir.path().join("home"))
-            .env("CLAUDE_HOST_LOG", "warn")
-            .args(["sessions", "show", &g.session_id, "--json"]),
-    );
+    let (out, peak_kib) = show_in_a_fresh_process(dir.path(), &g.session_id);
     assert!(
         peak_kib < BOUND_MIB * 1024,
         "sessions show --json of a {} MiB transcript peaked at {} KiB (bound {BOUND_MIB} MiB)",
