@@ -1202,8 +1202,8 @@ impl Agent {
             _ => None,
         };
         let read_id = id.to_owned();
-        let (transcript, subagents) = tokio::task::spawn_blocking(move || {
-            let main = claude_host_sdk::transcripts::read_session(&config, &read_id)?;
+        let (restored, subagents) = tokio::task::spawn_blocking(move || {
+            let main = crate::restore::read_session(&config, &read_id)?;
             let paths = claude_host_sdk::transcripts::subagent_transcripts(&config, &read_id)
                 .unwrap_or_default();
             Ok::<_, claude_host_sdk::transcripts::TranscriptError>((
@@ -1214,20 +1214,24 @@ impl Agent {
         .await
         .map_err(|e| AgentError::Unsupported(format!("reading the transcript failed: {e}")))?
         .map_err(|_| AgentError::UnknownSession(id.to_owned()))?;
-        let crate::restore::Conversation {
-            turns,
-            uncut_warm_up,
-        } = crate::restore::conversation(&transcript);
+        let crate::restore::Restored {
+            conversation:
+                crate::restore::Conversation {
+                    turns,
+                    uncut_warm_up,
+                },
+            title: transcript_title,
+            cwd: transcript_cwd,
+        } = restored;
         let title = record
             .as_ref()
             .and_then(|r| r.title.clone())
             .filter(|t| !t.is_empty())
-            .or_else(|| crate::restore::title(&transcript))
+            .or(transcript_title)
             .unwrap_or_default();
         let cwd = match &record {
             Some(r) if !r.cwd.is_empty() => PathBuf::from(&r.cwd),
-            _ => crate::restore::cwd(&transcript)
-                .ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?,
+            _ => transcript_cwd.ok_or_else(|| AgentError::UnknownSession(id.to_owned()))?,
         };
         // Its history needs no sign-in: a client that reconnects after a restart subscribes
         // before it authenticates. Signed out, the session offers no models to pick.

@@ -9,7 +9,7 @@ use ahp_types::state::{
     ToolResultTextContent, Turn, TurnState, UsageInfo,
 };
 use claude_host_protocol::frames::{Block, ResultUsage, UserContent};
-use claude_host_sdk::transcripts::Transcript;
+use claude_host_sdk::transcripts::{Transcript, TranscriptError, TranscriptIndex};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -59,6 +59,94 @@ pub fn conversation(t: &Transcript) -> Conversation {
     }
 }
 
+/// What a session is restored from, read from its transcript in bounded memory: the index
+/// (a few words per entry), then the main chain's entries one at a time from their offsets
+/// into the turns. The same as [`conversation`], [`title`] and [`cwd`] of the whole file.
+pub struct Restored {
+    /// The conversation.
+    pub conversation: Conversation,
+    /// See [`title`].
+    pub title: Option<String>,
+    /// See [`cwd`].
+    pub cwd: Option<std::path::PathBuf>,
+}
+
+/// Reads a session's transcript as [`Restored`] (see there).
+pub fn read_session(
+    config_dir: &std::path::Path,
+    session_id: &str,
+) -> Result<Restored, TranscriptError> {
+    restore_from(&TranscriptIndex::of_session(config_dir, session_id)?)
+}
+
+/// Reads one transcript file as [`Restored`] (see there).
+pub fn read_file(path: &std::path::Path) -> Result<Restored, TranscriptError> {
+    restore_from(&TranscriptIndex::open(path)?)
+}
+
+/// [`Restored`] from an index: the chain's last prompt is found reading back from its end
+/// (one turn's entries), then the chain is read forward once, up to an uncut warm-up.
+pub fn restore_from(index: &TranscriptIndex) -> Result<Restored, TranscriptError> {
+    let chain = index.main_chain();
+    let mut end = chain.len();
+    let mut uncut_warm_up = None;
+    for (at, &i) in chain.iter().enumerate().rev() {
+        if !index.is_user(i) {
+            continue;
+        }
+        let Some(e) = index.entry(i)? else { continue };
+        if !is_prompt_entry(&e) {
+            continue;
+        }
+        if content(&e).is_some_and(|c| is_warm_up(&prompt_text(&c))) {
+            end = at;
+            uncut_warm_up = e.get("uuid").and_then(Value::as_str).map(str::to_owned);
+        }
+        break;
+    }
+    let mut turns = TurnBuilder::new(false);
+    let mut first_prompt = None;
+    for e in index.entries(chain[..end].iter().copied()) {
+        let e = e?;
+        if first_prompt.is_none() && is_prompt_entry(&e) {
+            first_prompt = content(&e).map(|c| prompt_text(&c));
+        }
+        turns.push(&e);
+    }
+    // With no prompt before it, the uncut warm-up is the chain's first prompt.
+    let title = index
+        .custom_title()
+        .or(index.ai_title())
+        .map(str::to_owned)
+        .or_else(|| first_prompt.and_then(|p| prompt_title(&p)))
+        .filter(|s| !s.is_empty());
+    Ok(Restored {
+        conversation: Conversation {
+            turns: turns.finish(),
+            uncut_warm_up,
+        },
+        title,
+        cwd: index.cwd().map(std::path::PathBuf::from),
+    })
+}
+
+fn is_warm_up(prompt: &str) -> bool {
+    prompt.trim() == claude_host_protocol::request_kind::WARM_UP_PROMPT
+}
+
+/// A title from a session's first prompt (none from a warm-up left uncut: no one's words).
+fn prompt_title(prompt: &str) -> Option<String> {
+    (!is_warm_up(prompt)).then(|| {
+        prompt
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(80)
+            .collect()
+    })
+}
+
 /// Where in `chain` an uncut warm-up prompt sits, when it is the chain's last prompt.
 fn uncut_warm_up_at(chain: &[&Map<String, Value>]) -> Option<usize> {
     let at = chain.iter().rposition(|e| is_prompt_entry(e))?;
@@ -78,14 +166,13 @@ pub(crate) fn subagents_from_transcripts(
             tracing::debug!(path = %path.display(), "a subagent transcript without its tool call; skipped");
             continue;
         };
-        let t = match claude_host_sdk::transcripts::read_file(path) {
+        let mut turns = match read_subagent_turns(path) {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "cannot read a subagent transcript");
                 continue;
             }
         };
-        let mut turns = subagent_turns(&t);
         // Its first run is the turn the live chat had: named after the call, as it was.
         for (i, turn) in turns.iter_mut().enumerate() {
             turn.id = if i == 0 {
@@ -141,19 +228,50 @@ pub(crate) fn subagent_transcript_ended(paths: &[std::path::PathBuf], call: &str
     })
 }
 
-/// A subagent transcript's turns: every entry is on its side chain, in file order.
-fn subagent_turns(t: &Transcript) -> Vec<Turn> {
-    let entries = t
-        .entries
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.get("type").and_then(Value::as_str),
-                Some("user" | "assistant")
-            )
-        })
-        .collect();
-    turns_of(entries, true)
+/// A subagent transcript's turns, from the transcript read whole: every entry is on its side
+/// chain, in file order. (A restore reads the same from the file a line at a time.)
+pub fn subagent_turns(t: &Transcript) -> Vec<Turn> {
+    let mut turns = TurnBuilder::new(true);
+    for e in &t.entries {
+        if is_subagent_turn_entry(e) {
+            turns.push(e);
+        }
+    }
+    turns.finish()
+}
+
+fn is_subagent_turn_entry(e: &Map<String, Value>) -> bool {
+    matches!(
+        e.get("type").and_then(Value::as_str),
+        Some("user" | "assistant")
+    )
+}
+
+/// [`subagent_turns`] of a subagent transcript file, read a line at a time.
+pub fn read_subagent_turns(path: &std::path::Path) -> std::io::Result<Vec<Turn>> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(std::fs::File::open(path)?);
+    let mut turns = TurnBuilder::new(true);
+    let mut line = Vec::new();
+    for n in 1.. {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Value>(text) {
+            Ok(Value::Object(e)) => {
+                if is_subagent_turn_entry(&e) {
+                    turns.push(&e);
+                }
+            }
+            _ => tracing::warn!(path = %path.display(), line = n, "skipping a bad transcript line"),
+        }
+    }
+    Ok(turns.finish())
 }
 
 /// What a turn id starts with when it names its prompt's transcript entry: VS Code's own form
@@ -189,18 +307,50 @@ pub fn prompt_uuid(turn_id: &str) -> String {
 }
 
 fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
-    let mut turns: Vec<Turn> = Vec::new();
-    // Tool call id → (turn index, part index), filled in when its result is seen.
-    let mut calls: HashMap<String, (usize, usize)> = HashMap::new();
-    // The turn's API responses by message id (a response is written once per content block).
-    let mut responses: Vec<(String, Map<String, Value>)> = Vec::new();
+    let mut turns = TurnBuilder::new(sidechain);
     for e in entries {
+        turns.push(e);
+    }
+    turns.finish()
+}
+
+/// Turns built from a chain's entries, one entry at a time (the entries need not be kept).
+struct TurnBuilder {
+    turns: Vec<Turn>,
+    /// Tool call id → (turn index, part index), filled in when its result is seen.
+    calls: HashMap<String, (usize, usize)>,
+    /// The turn's API responses by message id (a response is written once per content block).
+    responses: Vec<(String, Map<String, Value>)>,
+    /// A subagent's own transcript, where every entry is on the side chain.
+    sidechain: bool,
+}
+
+impl TurnBuilder {
+    fn new(sidechain: bool) -> Self {
+        TurnBuilder {
+            turns: Vec::new(),
+            calls: HashMap::new(),
+            responses: Vec::new(),
+            sidechain,
+        }
+    }
+
+    fn finish(mut self) -> Vec<Turn> {
+        set_usage(self.turns.last_mut(), &mut self.responses);
+        self.turns
+    }
+
+    fn push(&mut self, e: &Map<String, Value>) {
+        let sidechain = self.sidechain;
+        let turns = &mut self.turns;
+        let calls = &mut self.calls;
+        let responses = &mut self.responses;
         let ty = e.get("type").and_then(Value::as_str).unwrap_or("");
         let uuid = e.get("uuid").and_then(Value::as_str).unwrap_or("");
-        let Some(c) = content(e) else { continue };
+        let Some(c) = content(e) else { return };
         match ty {
             "user" if is_prompt_in(e, &c, sidechain) => {
-                set_usage(turns.last_mut(), &mut responses);
+                set_usage(turns.last_mut(), responses);
                 turns.push(Turn {
                     id: turn_id(uuid),
                     started_at: e
@@ -224,7 +374,7 @@ fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
             }
             "user" => {
                 let UserContent::Blocks(blocks) = &c else {
-                    continue;
+                    return;
                 };
                 for b in blocks {
                     let Block::ToolResult {
@@ -252,7 +402,7 @@ fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
             "assistant" => {
                 let ti = turns.len().saturating_sub(1);
                 let Some(turn) = turns.last_mut() else {
-                    continue;
+                    return;
                 };
                 if let Some(m) = e.get("message").and_then(Value::as_object) {
                     let id = m
@@ -266,7 +416,7 @@ fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
                     }
                 }
                 let UserContent::Blocks(blocks) = c else {
-                    continue;
+                    return;
                 };
                 for (i, b) in blocks.into_iter().enumerate() {
                     let id = format!("{}#{uuid}#{i}", turn.id);
@@ -297,8 +447,6 @@ fn turns_of(entries: Vec<&Map<String, Value>>, sidechain: bool) -> Vec<Turn> {
             _ => {}
         }
     }
-    set_usage(turns.last_mut(), &mut responses);
-    turns
 }
 
 /// A restored turn's usage, as a live turn reports it: its responses' tokens summed, the

@@ -6,6 +6,7 @@ use claude_host_sdk::transcripts::{self, SessionSummary};
 use claude_host_store::{SessionRecord, Store as _};
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::SystemTime;
@@ -181,8 +182,7 @@ pub(crate) async fn run(
             }
         }
         SessionsCommand::List { cwd, limit } => {
-            let mut all = transcripts::list_sessions(&dir, cwd.as_deref())?;
-            all.truncate(*limit);
+            let mut all = transcripts::list_newest(&dir, cwd.as_deref(), *limit)?;
             let host = overlay(home, db.as_ref()).await;
             // Who drives each session now (live leases in the shared database).
             let held: HashMap<String, claude_host_store::Lease> = match &db {
@@ -307,37 +307,28 @@ pub(crate) async fn run(
             }
         }
         SessionsCommand::Show { id } => {
-            let t = transcripts::read_session(&dir, id)?;
-            let chain = t.main_chain();
+            let index = transcripts::TranscriptIndex::of_session(&dir, id)?;
+            let active =
+                claude_host_agent::customizations::active_summary(&home.join("customizations"), id);
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
             if args.json {
-                let entries: Vec<&serde_json::Map<String, Value>> = chain.clone();
-                let active = claude_host_agent::customizations::active_summary(
-                    &home.join("customizations"),
-                    id,
-                );
-                println!(
-                    "{}",
-                    json!({"id": id, "entries": entries, "skipped_lines": t.skipped,
-                        "customizations": active})
-                );
+                show_json(&index, id, &active, &mut out)?;
             } else {
-                for e in chain {
-                    print_entry(e);
+                for e in index.entries(index.main_chain()) {
+                    print_entry(&mut out, &e?)?;
                 }
-                if t.skipped > 0 {
-                    eprintln!("({} unreadable lines skipped)", t.skipped);
+                if index.skipped() > 0 {
+                    eprintln!("({} unreadable lines skipped)", index.skipped());
                 }
-                let active = claude_host_agent::customizations::active_summary(
-                    &home.join("customizations"),
-                    id,
-                );
                 if !active.is_empty() {
-                    println!("\nCustomizations when it last ran:");
+                    writeln!(out, "\nCustomizations when it last ran:")?;
                     for line in active {
-                        println!("  {line}");
+                        writeln!(out, "  {line}")?;
                     }
                 }
             }
+            out.flush()?;
         }
         SessionsCommand::Fork { id, at } => {
             let new_id = transcripts::fork_session(&dir, id, at.as_deref())?;
@@ -430,11 +421,11 @@ fn ago(secs: u64) -> String {
     }
 }
 
-fn print_entry(e: &serde_json::Map<String, Value>) {
+fn print_entry(out: &mut impl Write, e: &serde_json::Map<String, Value>) -> std::io::Result<()> {
     let ty = e.get("type").and_then(Value::as_str).unwrap_or("");
     let content = e.get("message").and_then(|m| m.get("content"));
     match (ty, content) {
-        ("user", Some(Value::String(s))) => println!("> {s}"),
+        ("user", Some(Value::String(s))) => writeln!(out, "> {s}")?,
         (_, Some(Value::Array(blocks))) if ty == "user" || ty == "assistant" => {
             for b in blocks {
                 match b.get("type").and_then(Value::as_str) {
@@ -442,13 +433,14 @@ fn print_entry(e: &serde_json::Map<String, Value>) {
                         let text = b.get("text").and_then(Value::as_str).unwrap_or("");
                         if ty == "user" {
                             if !text.starts_with("<system-reminder>") {
-                                println!("> {text}");
+                                writeln!(out, "> {text}")?;
                             }
                         } else {
-                            println!("{text}");
+                            writeln!(out, "{text}")?;
                         }
                     }
-                    Some("tool_use") => println!(
+                    Some("tool_use") => writeln!(
+                        out,
                         "  [tool] {} {}",
                         b.get("name").and_then(Value::as_str).unwrap_or("?"),
                         b.get("input")
@@ -457,28 +449,59 @@ fn print_entry(e: &serde_json::Map<String, Value>) {
                             .chars()
                             .take(120)
                             .collect::<String>()
-                    ),
+                    )?,
                     Some("tool_result") => {
-                        let out = match b.get("content") {
+                        let result = match b.get("content") {
                             Some(Value::String(s)) => s.clone(),
                             Some(v) => v.to_string(),
                             None => String::new(),
                         };
-                        println!(
+                        writeln!(
+                            out,
                             "  [result] {}",
-                            out.lines()
+                            result
+                                .lines()
                                 .next()
                                 .unwrap_or("")
                                 .chars()
                                 .take(120)
                                 .collect::<String>()
-                        );
+                        )?;
                     }
-                    Some("thinking") => println!("  [thinking]"),
+                    Some("thinking") => writeln!(out, "  [thinking]")?,
                     _ => {}
                 }
             }
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// `sessions show --json`, written as the entries are read: the same bytes as
+/// `{"id", "entries": [the main chain], "skipped_lines", "customizations"}` serialized whole,
+/// with one entry in memory at a time.
+fn show_json(
+    index: &transcripts::TranscriptIndex,
+    id: &str,
+    active: &[String],
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    out.write_all(b"{\"id\":")?;
+    serde_json::to_writer(&mut *out, id)?;
+    out.write_all(b",\"entries\":[")?;
+    for (n, e) in index.entries(index.main_chain()).enumerate() {
+        if n > 0 {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, &e?)?;
+    }
+    write!(
+        out,
+        "],\"skipped_lines\":{},\"customizations\":",
+        index.skipped()
+    )?;
+    serde_json::to_writer(&mut *out, active)?;
+    out.write_all(b"}\n")?;
+    Ok(())
 }

@@ -161,6 +161,16 @@ pub(crate) struct GlobalOpts {
         default_value_t = 300
     )]
     pub cli_idle_secs: u64,
+    /// How long a session restored from disk stays open with no subscriber, no Claude Code
+    /// process and nothing pending before it closes and its turns leave memory.
+    #[arg(
+        long,
+        global = true,
+        env = "CLAUDE_HOST_RESTORED_IDLE_SECS",
+        value_name = "SECONDS",
+        default_value_t = 600
+    )]
+    pub restored_idle_secs: u64,
     /// Whether a Claude Code process started ahead of a prompt (a session opened, created or
     /// typed in) first runs a throwaway turn that the proxy answers and that is then cut, so
     /// the prompt finds it warm (~90 ms sooner). Skipped in sessions with hooks it could fire.
@@ -485,6 +495,7 @@ pub(crate) async fn build_agent(
     config.customizations_dir = Some(ctx.home.join("customizations"));
     config.keeper = start_keeper();
     config.meter = ctx.meter();
+    config.idle_eviction = std::time::Duration::from_secs(ctx.opts.restored_idle_secs.max(1));
     config.cli_idle = (ctx.opts.cli_idle_secs > 0)
         .then(|| std::time::Duration::from_secs(ctx.opts.cli_idle_secs));
     config.warm_up = ctx.opts.warm_up;

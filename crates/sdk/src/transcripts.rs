@@ -4,6 +4,10 @@
 //! bad line is skipped with a warning, unknown entries are kept, and listing reads only a
 //! bounded head and tail of each file.
 
+mod index;
+
+pub use index::TranscriptIndex;
+
 use claude_host_protocol::transcript::project_slug;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -81,6 +85,16 @@ pub fn list_sessions(
     config_dir: &Path,
     cwd: Option<&Path>,
 ) -> Result<Vec<SessionSummary>, TranscriptError> {
+    list_newest(config_dir, cwd, usize::MAX)
+}
+
+/// The `limit` newest sessions (by modification time), as [`list_sessions`] lists them: only
+/// those transcripts are read, so a listing costs a `stat` per session beyond them.
+pub fn list_newest(
+    config_dir: &Path,
+    cwd: Option<&Path>,
+    limit: usize,
+) -> Result<Vec<SessionSummary>, TranscriptError> {
     let dirs: Vec<PathBuf> = match cwd {
         Some(c) => vec![project_dir(config_dir, c)],
         None => {
@@ -96,7 +110,7 @@ pub fn list_sessions(
             }
         }
     };
-    let mut out = Vec::new();
+    let mut found: Vec<(SystemTime, PathBuf)> = Vec::new();
     for dir in dirs {
         let Ok(rd) = std::fs::read_dir(&dir) else {
             continue;
@@ -106,12 +120,25 @@ pub fn list_sessions(
             if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
                 continue;
             }
-            match summarize(&path) {
-                Ok(s) => out.push(s),
-                Err(e) => tracing::warn!(error = %e, "skipping an unreadable transcript"),
-            }
+            // As `summarize` stats it (following a link); an unreadable one is skipped there.
+            let modified = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push((modified, path));
         }
     }
+    found.sort_by_key(|(m, _)| std::cmp::Reverse(*m));
+    let mut out = Vec::new();
+    for (_, path) in found {
+        if out.len() >= limit {
+            break;
+        }
+        match summarize(&path) {
+            Ok(s) => out.push(s),
+            Err(e) => tracing::warn!(error = %e, "skipping an unreadable transcript"),
+        }
+    }
+    // Stable, by the times the summaries read (the same as above unless a file changed).
     out.sort_by_key(|s| std::cmp::Reverse(s.modified));
     Ok(out)
 }
@@ -408,84 +435,122 @@ fn parse_lines(text: &[u8], mut bad: impl FnMut(usize)) -> Transcript {
 
 /// Copies a session into a new one that the CLI can `--resume`: every non-sidechain entry up
 /// to and including `up_to_message_uuid` (or all), with every uuid remapped and the new
-/// session id. Returns the new id.
+/// session id. Returns the new id. Read and written a line at a time: memory is the remapped
+/// uuids and the longest line, not the file.
 pub fn fork_session(
     config_dir: &Path,
     session_id: &str,
     up_to_message_uuid: Option<&str>,
 ) -> Result<String, TranscriptError> {
+    use std::io::{BufRead, Write};
     let path = find_session(config_dir, session_id)?;
-    let transcript = read_file(&path)?;
-    let keep: Vec<&Map<String, Value>> = match up_to_message_uuid {
-        None => transcript.entries.iter().collect(),
-        Some(stop) => {
-            let idx = transcript
-                .entries
-                .iter()
-                .position(|e| e.get("uuid").and_then(Value::as_str) == Some(stop))
-                .ok_or_else(|| TranscriptError::NoSuchMessage(stop.into()))?;
-            transcript.entries[..=idx].iter().collect()
-        }
-    };
     let new_id = uuid::Uuid::new_v4().to_string();
-    let mut remap: HashMap<String, String> = HashMap::new();
-    let mut out = Vec::new();
-    let mut last_uuid = None;
-    for e in keep {
-        if e.get("isSidechain") == Some(&Value::Bool(true))
-            || e.get("type").and_then(Value::as_str) == Some("progress")
-        {
-            continue;
-        }
-        // Records about the old file's tail (leaf pointer, titles) are rebuilt below.
-        if matches!(
-            e.get("type").and_then(Value::as_str),
-            Some("last-prompt" | "custom-title" | "ai-title")
-        ) {
-            continue;
-        }
-        let mut e = e.clone();
-        if let Some(u) = e.get("uuid").and_then(Value::as_str).map(str::to_owned) {
-            let fresh = uuid::Uuid::new_v4().to_string();
-            remap.insert(u.clone(), fresh.clone());
-            e.insert("uuid".into(), Value::String(fresh.clone()));
-            if e.get("type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| matches!(t, "user" | "assistant"))
-            {
-                last_uuid = Some(fresh);
-            }
-        }
-        for key in [
-            "parentUuid",
-            "logicalParentUuid",
-            "leafUuid",
-            "sourceToolAssistantUUID",
-        ] {
-            if let Some(old) = e.get(key).and_then(Value::as_str)
-                && let Some(new) = remap.get(old)
-            {
-                e.insert(key.into(), Value::String(new.clone()));
-            }
-        }
-        if e.contains_key("sessionId") {
-            e.insert("sessionId".into(), Value::String(new_id.clone()));
-        }
-        out.push(Value::Object(e));
-    }
-    if let Some(leaf) = last_uuid {
-        out.push(serde_json::json!({"type": "last-prompt", "leafUuid": leaf, "sessionId": new_id}));
-    }
-    out.push(serde_json::json!({"type": "forked-from", "forkedFrom": {"sessionId": session_id, "messageUuid": up_to_message_uuid}, "sessionId": new_id}));
     let dir = path.parent().unwrap_or(Path::new("."));
     let target = dir.join(format!("{new_id}.jsonl"));
-    let mut text = String::new();
-    for v in out {
-        text.push_str(&v.to_string());
-        text.push('\n');
+    let mut reader = std::io::BufReader::new(std::fs::File::open(&path).map_err(io(&path))?);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&target).map_err(io(&target))?);
+    let mut remap: HashMap<String, String> = HashMap::new();
+    let mut last_uuid = None;
+    let mut found = up_to_message_uuid.is_none();
+    let mut line = Vec::new();
+    let copied = (|| -> Result<(), TranscriptError> {
+        for n in 1.. {
+            line.clear();
+            if reader.read_until(b'\n', &mut line).map_err(io(&path))? == 0 {
+                break;
+            }
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let mut e = match serde_json::from_slice::<Value>(text) {
+                Ok(Value::Object(m)) => m,
+                _ => {
+                    tracing::warn!(path = %path.display(), line = n, "skipping a bad transcript line");
+                    continue;
+                }
+            };
+            let stop = up_to_message_uuid.is_some()
+                && e.get("uuid").and_then(Value::as_str) == up_to_message_uuid;
+            if let Some(e) = forked_entry(&mut e, &mut remap, &mut last_uuid, &new_id) {
+                serde_json::to_writer(&mut out, e).map_err(|e| io(&target)(e.into()))?;
+                out.write_all(b"\n").map_err(io(&target))?;
+            }
+            if stop {
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            return Err(TranscriptError::NoSuchMessage(
+                up_to_message_uuid.unwrap_or_default().into(),
+            ));
+        }
+        if let Some(leaf) = last_uuid.take() {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"type": "last-prompt", "leafUuid": leaf, "sessionId": new_id})
+            )
+            .map_err(io(&target))?;
+        }
+        writeln!(out, "{}", serde_json::json!({"type": "forked-from", "forkedFrom": {"sessionId": session_id, "messageUuid": up_to_message_uuid}, "sessionId": new_id})).map_err(io(&target))?;
+        out.flush().map_err(io(&target))
+    })();
+    if let Err(e) = copied {
+        drop(out);
+        let _ = std::fs::remove_file(&target);
+        return Err(e);
     }
-    std::fs::write(&target, text).map_err(io(&target))?;
     Ok(new_id)
+}
+
+/// One entry of a fork, remapped (`None`: left out).
+fn forked_entry<'a>(
+    e: &'a mut Map<String, Value>,
+    remap: &mut HashMap<String, String>,
+    last_uuid: &mut Option<String>,
+    new_id: &str,
+) -> Option<&'a Map<String, Value>> {
+    if e.get("isSidechain") == Some(&Value::Bool(true))
+        || e.get("type").and_then(Value::as_str) == Some("progress")
+    {
+        return None;
+    }
+    // Records about the old file's tail (leaf pointer, titles) are rebuilt at the end.
+    if matches!(
+        e.get("type").and_then(Value::as_str),
+        Some("last-prompt" | "custom-title" | "ai-title")
+    ) {
+        return None;
+    }
+    if let Some(u) = e.get("uuid").and_then(Value::as_str).map(str::to_owned) {
+        let fresh = uuid::Uuid::new_v4().to_string();
+        remap.insert(u, fresh.clone());
+        e.insert("uuid".into(), Value::String(fresh.clone()));
+        if e.get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| matches!(t, "user" | "assistant"))
+        {
+            *last_uuid = Some(fresh);
+        }
+    }
+    for key in [
+        "parentUuid",
+        "logicalParentUuid",
+        "leafUuid",
+        "sourceToolAssistantUUID",
+    ] {
+        if let Some(old) = e.get(key).and_then(Value::as_str)
+            && let Some(new) = remap.get(old)
+        {
+            e.insert(key.into(), Value::String(new.clone()));
+        }
+    }
+    if e.contains_key("sessionId") {
+        e.insert("sessionId".into(), Value::String(new_id.to_owned()));
+    }
+    Some(e)
 }
 
 /// Deletes a session's transcript and its per-session directory (subagents, tool results).

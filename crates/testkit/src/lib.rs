@@ -6,6 +6,7 @@ pub mod cli;
 pub mod copilot_rules;
 pub mod fake;
 pub mod fake_cli;
+pub mod long_transcript;
 pub mod openai;
 mod openai_check;
 mod openai_render;

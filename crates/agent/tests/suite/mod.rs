@@ -3,6 +3,7 @@ mod core;
 mod faults;
 mod host;
 mod interactive;
+mod restore;
 mod subagents;
 mod turns;
 

@@ -6,6 +6,7 @@ mod durable;
 mod e2e;
 mod install;
 mod interactive;
+mod long_sessions;
 mod models;
 mod partition;
 mod relay;

@@ -244,3 +244,42 @@ fn listing_reads_only_the_head_and_tail_of_a_long_transcript() {
     );
     assert_eq!(a.message_count, b.message_count);
 }
+
+#[test]
+fn a_fork_at_an_unknown_message_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("projects/-p");
+    std::fs::create_dir_all(&proj).unwrap();
+    let id = "33333333-3333-4333-8333-333333333333";
+    std::fs::write(
+        proj.join(format!("{id}.jsonl")),
+        concat!(
+            r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"s","message":{"role":"user","content":"hi"}}"#, "\n",
+            r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"s","message":{"role":"assistant","content":[{"type":"text","text":"yo"}]}}"#, "\n",
+            r#"{"type":"user","uuid":"u2","parentUuid":"a1","sessionId":"s","message":{"role":"user","content":"more"}}"#, "\n",
+        ),
+    )
+    .unwrap();
+    assert!(matches!(
+        fork_session(dir.path(), id, Some("nope")),
+        Err(claude_host_sdk::transcripts::TranscriptError::NoSuchMessage(_))
+    ));
+    assert_eq!(
+        std::fs::read_dir(&proj).unwrap().count(),
+        1,
+        "a partial fork was left"
+    );
+    // Up to a message: the entries before it and it, remapped, then the leaf and the origin.
+    let fork = fork_session(dir.path(), id, Some("a1")).unwrap();
+    let t = read_session(dir.path(), &fork).unwrap();
+    let types: Vec<&str> = t
+        .entries
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["user", "assistant", "last-prompt", "forked-from"]);
+    assert_eq!(t.entries[1]["parentUuid"], t.entries[0]["uuid"]);
+    assert_eq!(t.entries[2]["leafUuid"], t.entries[1]["uuid"]);
+    assert_eq!(t.entries[0]["sessionId"], fork.as_str());
+    assert_eq!(t.main_chain().len(), 2);
+}

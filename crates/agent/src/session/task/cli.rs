@@ -45,11 +45,10 @@ impl TranscriptFix {
         let found = tokio::task::spawn_blocking(move || -> Option<Option<String>> {
             let parent = match &uncut {
                 Some(u) => {
-                    let t = claude_host_sdk::transcripts::read_session(&config, &id).ok()?;
-                    let entry = t
-                        .entries
-                        .iter()
-                        .find(|e| e.get("uuid").and_then(Value::as_str) == Some(u))?;
+                    let index =
+                        claude_host_sdk::transcripts::TranscriptIndex::of_session(&config, &id)
+                            .ok()?;
+                    let entry = index.entry(index.first_with_uuid(u)?).ok()??;
                     entry
                         .get("parentUuid")
                         .and_then(Value::as_str)

@@ -21,23 +21,33 @@ impl Task {
             .ok_or_else(|| "no Claude config directory".to_owned())?;
         let id = self.id.clone();
         tokio::task::spawn_blocking(move || {
-            let t = claude_host_sdk::transcripts::read_session(&config, &id)
+            let index = claude_host_sdk::transcripts::TranscriptIndex::of_session(&config, &id)
                 .map_err(|e| e.to_string())?;
-            let chain = t.main_chain();
+            let chain = index.main_chain();
             // Turns start at human prompts: cut just before the first prompt not kept.
-            let next_prompt = chain
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| crate::restore::is_prompt_entry(e))
-                .map(|(i, _)| i)
-                .nth(keep_turns);
+            let mut prompts = 0;
+            let mut next_prompt = None;
+            for (at, &i) in chain.iter().enumerate() {
+                if !index.is_user(i) {
+                    continue;
+                }
+                let e = index.entry(i).map_err(|e| e.to_string())?;
+                if e.as_ref().is_some_and(crate::restore::is_prompt_entry) {
+                    if prompts == keep_turns {
+                        next_prompt = Some(at);
+                        break;
+                    }
+                    prompts += 1;
+                }
+            }
             match next_prompt {
                 None => Ok(None),
                 Some(0) => Err("cannot cut the session before its first turn".to_owned()),
-                Some(at) => chain[at - 1]
-                    .get("uuid")
-                    .and_then(Value::as_str)
-                    .map(|u| Some(u.to_owned()))
+                Some(at) => index
+                    .entry(chain[at - 1])
+                    .map_err(|e| e.to_string())?
+                    .and_then(|e| e.get("uuid").and_then(Value::as_str).map(str::to_owned))
+                    .map(Some)
                     .ok_or_else(|| "the transcript entry has no uuid".to_owned()),
             }
         })

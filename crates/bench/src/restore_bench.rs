@@ -1,0 +1,419 @@
+//! Restoring long sessions: wall time and peak memory of the real binary reading a transcript
+//! of 1, 10 and 100 MB (a real 2.1.330 transcript repeated with fresh ids, valid chains and
+//! subagent files: `claude_host_testkit::long_transcript`).
+//!
+//! For each size, each a process of its own:
+//! - `sessions show ID --json`: wall and CPU time, peak RSS (under `/usr/bin/time`), and the
+//!   bytes it printed;
+//! - `sessions fork ID --json`: the same;
+//! - AHP open: a `claude-host serve`; a client (the official `ahp` crate over `ahp-ws`)
+//!   subscribes to the session, then to its default chat, until the chat's snapshot is in. The
+//!   host's RSS idle (before), at its peak (`VmHWM`), right after the client left, and after the
+//!   session closed itself (`--restored-idle-secs 1`);
+//! - ACP `session/load`: a `claude-host acp`; time to the answer (the history is replayed as
+//!   `session/update`s before it) and the agent's peak RSS.
+//!
+//! And `sessions list` over 1,000 transcripts of the smallest size.
+//!
+//! Usage: `restore-bench [MB …]` (default 1 10 100), normally `scripts/bench-restore.sh`;
+//! `restore-bench generate DIR MB` writes one session under `DIR/.claude` and prints its id.
+
+mod common;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    InitializeRequest, LoadSessionRequest, SessionNotification,
+};
+use agent_client_protocol::{Agent, ByteStreams, Client};
+use ahp::ClientConfig;
+use anyhow::{Context, bail};
+use claude_host_testkit::long_transcript;
+use serde_json::{Value, json};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+const TOKEN: &str = "bench-token";
+const MB: u64 = 1024 * 1024;
+
+/// One child process's run.
+struct Run {
+    wall: Duration,
+    /// CPU time (user + system).
+    cpu: Duration,
+    max_rss_kib: u64,
+    stdout_bytes: usize,
+}
+
+/// Runs `claude-host ARGS` for `f` to its end under `/usr/bin/time`, reading its stdout, for its
+/// peak RSS and CPU time. Not `wait4` on a child of this process: Linux carries the high-water
+/// RSS of the process that spawned it (this benchmark, which has held a transcript) across
+/// `execve` into the child's `ru_maxrss`; `time` spawns it from its own small image.
+fn run_measured(bin: &Path, f: &Fixture, args: &[&str]) -> anyhow::Result<Run> {
+    let report = f.home.join("time.out");
+    let cmd = host_command(bin, f);
+    let program = cmd.get_program().to_owned();
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .arg("-f")
+        .arg("%M %U %S")
+        .arg("-o")
+        .arg(&report)
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .current_dir(&f.work);
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            timed.env(k, v);
+        }
+    }
+    let t = Instant::now();
+    let mut child = timed
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running /usr/bin/time")?;
+    let mut out = child.stdout.take().context("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut n = 0usize;
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(k) = out.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            n += k;
+        }
+        n
+    });
+    let output = child.wait_with_output()?;
+    let wall = t.elapsed();
+    let stdout_bytes = reader.join().unwrap_or(0);
+    if !output.status.success() {
+        bail!(
+            "claude-host {args:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(&report)?;
+    let mut fields = text.split_whitespace();
+    let max_rss_kib = fields.next().context("no RSS from time")?.parse()?;
+    let user: f64 = fields.next().context("no user time")?.parse()?;
+    let system: f64 = fields.next().context("no system time")?.parse()?;
+    Ok(Run {
+        wall,
+        cpu: Duration::from_secs_f64(user + system),
+        max_rss_kib,
+        stdout_bytes,
+    })
+}
+
+/// A session of `mb` MB in a fresh HOME.
+struct Fixture {
+    home: PathBuf,
+    work: PathBuf,
+    generated: long_transcript::Generated,
+}
+
+fn fixture(root: &Path, mb: u64) -> anyhow::Result<Fixture> {
+    let home = root.join(format!("{mb}mb"));
+    let work = home.join("work");
+    std::fs::create_dir_all(&work)?;
+    let work = std::fs::canonicalize(&work)?;
+    let generated =
+        long_transcript::generate(&home.join(".claude"), &work.display().to_string(), mb * MB)?;
+    Ok(Fixture {
+        home,
+        work,
+        generated,
+    })
+}
+
+fn host_command(bin: &Path, f: &Fixture) -> Command {
+    let mut c = Command::new(bin);
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &f.home)
+        .env("CLAUDE_HOST_HOME", f.home.join("data"))
+        .env("CLAUDE_HOST_LOG", "warn")
+        .current_dir(&f.work);
+    // `serve` and `acp` look for the CLI at start (and would install it).
+    if let Ok(cli) = claude_host_testkit::cli::pinned_cli() {
+        c.env("CLAUDE_HOST_CLAUDE_PATH", cli);
+    }
+    c
+}
+
+fn replay() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello.replay.jsonl")
+}
+
+fn status_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// AHP open's figures.
+struct Open {
+    wall: Duration,
+    turns: usize,
+    snapshot_bytes: usize,
+    idle_kib: u64,
+    peak_kib: u64,
+    left_kib: u64,
+    closed_kib: u64,
+}
+
+async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
+    let mut child = host_command(bin, f)
+        .args([
+            "--upstream",
+            &format!("replay:{}", replay().display()),
+            "serve",
+            "--port",
+            "0",
+            "--restored-idle-secs",
+            "1",
+        ])
+        .env("CLAUDE_HOST_CONNECTION_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let pid = child.id();
+    let (port, _stdout) = common::serve_port(&mut child)?;
+    let url = format!("ws://127.0.0.1:{port}/?tkn={TOKEN}");
+    let t = ahp_ws::WebSocketTransport::connect(&url).await?;
+    let c = ahp::Client::connect(t, ClientConfig::default()).await?;
+    c.initialize(
+        "restore-bench".into(),
+        ahp_types::version::SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect(),
+        vec![],
+    )
+    .await?;
+    c.ping().await?;
+    let idle_kib = common::rss_kib(pid);
+    let session = format!("claude:/{}", f.generated.session_id);
+    let start = Instant::now();
+    let s: Value = c
+        .request("subscribe", json!({"channel": session}))
+        .await
+        .context("subscribing to the session")?;
+    let chat = s["snapshot"]["state"]["defaultChat"]
+        .as_str()
+        .context("the session's snapshot has no default chat")?
+        .to_owned();
+    let snap: Value = c
+        .request("subscribe", json!({"channel": chat}))
+        .await
+        .context("subscribing to the chat")?;
+    let wall = start.elapsed();
+    let turns = snap["snapshot"]["state"]["turns"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let snapshot_bytes = snap.to_string().len();
+    drop(snap);
+    let peak_kib = status_kib(pid, "VmHWM:");
+    c.unsubscribe(chat).await?;
+    c.unsubscribe(session).await?;
+    c.shutdown().await;
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left_kib = common::rss_kib(pid);
+    // The session closes itself a second after its last subscriber left (a host without
+    // `--restored-idle-secs` refuses to start: see `bench-restore.sh`).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let closed_kib = common::rss_kib(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(Open {
+        wall,
+        turns,
+        snapshot_bytes,
+        idle_kib,
+        peak_kib,
+        left_kib,
+        closed_kib,
+    })
+}
+
+/// ACP `session/load`: (wall time to the answer, agent's peak RSS in KiB, updates before it).
+async fn acp_load(bin: &Path, f: &Fixture) -> anyhow::Result<(Duration, u64, u64)> {
+    let mut child = tokio::process::Command::from(host_command(bin, f));
+    child
+        .args([
+            "--upstream",
+            &format!("replay:{}", replay().display()),
+            "acp",
+        ])
+        .env(
+            "CLAUDE_HOST_CLAUDE_PATH",
+            claude_host_testkit::cli::pinned_cli()?,
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = child.spawn()?;
+    let pid = child.id().context("no pid")?;
+    let stdin = child.stdin.take().context("no stdin")?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let updates = Arc::new(AtomicU64::new(0));
+    let counted = updates.clone();
+    let id = f.generated.session_id.clone();
+    let work = f.work.clone();
+    let (wall, peak) = Client
+        .v1()
+        .on_receive_notification(
+            async move |_: SessionNotification, _cx: ConnectionTo<Agent>| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(
+            ByteStreams::new(stdin.compat_write(), stdout.compat()),
+            async move |cx: ConnectionTo<Agent>| {
+                cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                    .block_task()
+                    .await?;
+                let t = Instant::now();
+                cx.send_request(LoadSessionRequest::new(id, work))
+                    .block_task()
+                    .await?;
+                Ok((t.elapsed(), status_kib(pid, "VmHWM:")))
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("acp: {e}"))?;
+    let _ = child.kill().await;
+    Ok((wall, peak, updates.load(Ordering::Relaxed)))
+}
+
+/// `sessions list` over `n` transcripts of `f`'s size (links to its file under fresh ids).
+fn list_many(bin: &Path, f: &Fixture, n: usize) -> anyhow::Result<Run> {
+    let dir = f.generated.path.parent().context("no project dir")?;
+    for _ in 1..n {
+        std::fs::hard_link(
+            &f.generated.path,
+            dir.join(format!("{}.jsonl", uuid::Uuid::new_v4())),
+        )?;
+    }
+    // A first run warms the page cache, as a person's machine has it.
+    run_measured(bin, f, &["sessions", "list"])?;
+    run_measured(bin, f, &["sessions", "list"])
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("generate") {
+        let dir = PathBuf::from(
+            args.get(1)
+                .context("usage: restore-bench generate DIR MB")?,
+        );
+        let mb: u64 = args.get(2).context("no size")?.parse()?;
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work)?;
+        let g = long_transcript::generate(
+            &dir.join(".claude"),
+            &std::fs::canonicalize(&work)?.display().to_string(),
+            mb * MB,
+        )?;
+        println!(
+            "{} {} ({} bytes, {} lines, {} copies, {} subagents)",
+            g.session_id,
+            g.path.display(),
+            g.bytes,
+            g.lines,
+            g.copies,
+            g.subagents
+        );
+        return Ok(());
+    }
+    let sizes: Vec<u64> = if args.is_empty() {
+        vec![1, 10, 100]
+    } else {
+        args.iter().map(|a| a.parse()).collect::<Result<_, _>>()?
+    };
+    let bin = std::env::current_exe()?
+        .parent()
+        .map(|d| d.join("claude-host"))
+        .filter(|p| p.exists())
+        .context("build claude-host next to restore-bench (scripts/bench-restore.sh does)")?;
+    let root =
+        std::env::temp_dir().join(format!("claude-host-restore-bench-{}", std::process::id()));
+    println!("restoring long sessions (each its own process; RSS in MiB, times in s)");
+    println!(
+        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | serve RSS idle → peak → client left → session closed | ACP load: time, peak RSS, updates |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for mb in &sizes {
+        let f = fixture(&root, *mb)?;
+        let id = f.generated.session_id.clone();
+        // The page cache holds the file for every figure alike.
+        std::io::copy(
+            &mut std::fs::File::open(&f.generated.path)?,
+            &mut std::io::sink(),
+        )?;
+        let show = run_measured(&bin, &f, &["sessions", "show", &id, "--json"])?;
+        let fork = run_measured(&bin, &f, &["sessions", "fork", &id, "--json"])?;
+        let open = ahp_open(&bin, &f).await?;
+        let (load, load_peak, updates) = acp_load(&bin, &f).await?;
+        println!(
+            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.0} → {:.0} → {:.0} → {:.0} | {:.2}, {:.0}, {updates} |",
+            f.generated.lines,
+            open.turns,
+            secs(show.wall),
+            secs(show.cpu),
+            mib(show.max_rss_kib),
+            show.stdout_bytes as f64 / MB as f64,
+            secs(fork.wall),
+            secs(fork.cpu),
+            mib(fork.max_rss_kib),
+            secs(open.wall),
+            open.snapshot_bytes as f64 / MB as f64,
+            mib(open.idle_kib),
+            mib(open.peak_kib),
+            mib(open.left_kib),
+            mib(open.closed_kib),
+            secs(load),
+            mib(load_peak),
+        );
+        let _ = std::fs::remove_dir_all(&f.home);
+    }
+    let f = fixture(&root, sizes.iter().copied().min().unwrap_or(1))?;
+    let list = list_many(&bin, &f, 1000)?;
+    println!(
+        "sessions list over 1,000 transcripts of {} MB: {:.3} s ({:.3} s CPU), {:.0} MiB peak RSS",
+        sizes.iter().copied().min().unwrap_or(1),
+        secs(list.wall),
+        secs(list.cpu),
+        mib(list.max_rss_kib)
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(())
+}
