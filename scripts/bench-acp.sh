@@ -13,4 +13,4 @@ if [ ! -f "$PEER" ]; then
   npm install --prefix "$PEER_DIR" --no-audit --no-fund "@zed-industries/claude-agent-acp@$PEER_VERSION" >&2
 fi
 cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin acp-bench
-exec ./target/release/acp-bench "$PEER" "${1:-5}"
+exec "${CARGO_TARGET_DIR:-target}/release/acp-bench" "$PEER" "${1:-5}"

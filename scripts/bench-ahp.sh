@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # AHP server benchmarks (results in docs/BENCHMARKS.md): actions per second fanned out to
-# 1 / 10 / 100 clients, and `claude-host serve` RSS with 100 idle sessions.
+# 1 / 10 / 100 clients, `claude-host serve` RSS with 100 idle sessions, and the per-step
+# latency of a turn with 10 sessions streaming (the pinned Claude Code CLI, the fake upstream).
+#
+#   scripts/bench-ahp.sh [ACTIONS]                  # everything (20000 actions by default)
+#   scripts/bench-ahp.sh latency [SESSIONS] [TURNS]  # the latency part alone (10, 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin ahp-bench
-exec ./target/release/ahp-bench "${1:-20000}"
+exec "${CARGO_TARGET_DIR:-target}/release/ahp-bench" "$@"

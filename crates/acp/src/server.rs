@@ -38,7 +38,7 @@ use ahp_types::state::{
 };
 use claude_host_agent::{
     Agent, ChannelKind, ChatSessionError, Confirmation, InputReply, NewSession, SessionEvent,
-    SessionHandle, SessionSubscription,
+    SessionHandle, SessionSubscription, trace,
 };
 use claude_host_protocol::log_safe::Safe;
 use serde_json::{Value, json};
@@ -723,6 +723,7 @@ impl Server {
         req: PromptRequest,
         responder: Responder<PromptResponse>,
     ) -> Result<(), Error> {
+        trace::mark(trace::ACP_PROMPT, trace::key_of(&req.session_id.0));
         let open = match self.session(&req.session_id.0) {
             Ok(o) => o,
             Err(e) => return responder.respond_with_error(e),
@@ -855,6 +856,8 @@ async fn forward(
     let id = open.handle.id().to_owned();
     // Subagent chats by URI, each with a mapper of its own (tool ids are per chat).
     let mut subagents: HashMap<String, UpdateMapper> = HashMap::new();
+    // The turn's first text is still to come (a latency mark, `trace`).
+    let mut first_text = false;
     while let Some(event) = sub.recv().await {
         let published = match event {
             SessionEvent::Action(p) => p,
@@ -904,8 +907,15 @@ async fn forward(
             ask_user(&open, &id, sub, action, &cx);
             continue;
         }
+        if matches!(action, StateAction::ChatTurnStarted(_)) {
+            first_text = true;
+        }
         for update in mapper.on_action(action) {
+            let text = matches!(update, SessionUpdate::AgentMessageChunk(_));
             notify(&cx, &id, update);
+            if text && std::mem::take(&mut first_text) {
+                trace::mark(trace::ACP_UPDATE, trace::key_of(&id));
+            }
         }
         ask_user(&open, &id, &mapper, action, &cx);
         match action {

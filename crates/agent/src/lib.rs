@@ -30,6 +30,8 @@ pub use agent::{
     AHP_SESSION_PREFIX, Agent, AgentConfig, AgentError, CLAUDE_SESSION_PREFIX, Durable, NewSession,
     default_uris, session_id_of, uris_for,
 };
+/// Latency marks for the benchmarks (the front ends mark their own steps with it).
+pub use claude_host_sdk::trace;
 pub use listing::SessionListing;
 pub use models::{
     GITHUB_RESOURCE, ModelAccess, PromptReporter, ProxyEndpoint, ProxyModels, UpstreamFactory,

@@ -9,7 +9,7 @@ use crate::resources;
 use crate::root::ROOT;
 use crate::rpc::{RpcError, code};
 use ahp_types::state::Snapshot;
-use claude_host_agent::{Published, SessionHandle, SessionSnapshot, SessionSubscription};
+use claude_host_agent::{Published, SessionHandle, SessionSnapshot, SessionSubscription, trace};
 use claude_host_protocol::log_safe::Safe;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -599,6 +599,18 @@ pub fn read_message(text: &str) -> Result<ClientMessage, Box<(Value, RpcError)>>
     })
 }
 
+/// A latency mark (`trace`) for a dispatched `chat/turnStarted`, keyed by its session's id.
+fn mark_turn_started(params: &Value) {
+    if params["action"]["type"] != "chat/turnStarted" {
+        return;
+    }
+    let session = params["channel"]
+        .as_str()
+        .and_then(claude_host_protocol::uri::session_of_default_chat)
+        .unwrap_or_default();
+    trace::mark(trace::AHP_DISPATCH, trace::key_of(&session));
+}
+
 async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
     let (id, method, params) = match read_message(text) {
         Ok(ClientMessage::Request { id, method, params }) => (Some(id), method, params),
@@ -631,6 +643,9 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
                         action = %Safe(params.pointer("/action/type").and_then(serde_json::Value::as_str).unwrap_or("")),
                         channel = %Safe(params.get("channel").and_then(serde_json::Value::as_str).unwrap_or("")),
                         "action");
+                    if trace::enabled() {
+                        mark_turn_started(&params);
+                    }
                     // Never awaited here: the read loop goes on at once.
                     let _ = conn.dispatches.send(params);
                 }

@@ -26,8 +26,9 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use anyhow::Context;
 use claude_host_protocol::stream_json::FrameKind;
+use claude_host_sdk::trace;
 use claude_host_sdk::{ClaudeSession, DenyAll, SessionOptions};
-use claude_host_testkit::fake::Reply;
+use claude_host_testkit::fake::{CapturedRequest, FakeUpstream, Reply};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -40,6 +41,46 @@ const SESSIONS: usize = 4;
 
 /// How long a user takes to type a first prompt after creating a session.
 const TYPING: Duration = Duration::from_secs(2);
+
+/// Later prompts per round (after the first), for the later-prompt figure and its steps.
+const LATER: usize = 8;
+
+/// The points of a prompt's path through claude-host, in order: the bench's own instants,
+/// the host's latency marks (`claude_host_sdk::trace`) and the fake's receipt of the model
+/// request.
+const OURS: [&str; 7] = [
+    "editor wrote session/prompt",
+    trace::ACP_PROMPT,
+    trace::CLI_STDIN,
+    "fake got the model request",
+    trace::CLI_DELTA,
+    trace::ACP_UPDATE,
+    "editor read the first chunk",
+];
+
+/// The same path through the peer, which has no marks.
+const PEER: [&str; 3] = [
+    "editor wrote session/prompt",
+    "fake got the model request",
+    "editor read the first chunk",
+];
+
+/// The bare CLI's path.
+const BARE: [&str; 3] = [
+    "stdin written",
+    "fake got the model request",
+    "first delta read",
+];
+
+/// A prompt the editor sent: which session, its text, when it was written and when its first
+/// chunk was read (monotonic ns).
+#[derive(Debug, Clone)]
+struct Sent {
+    session: String,
+    text: String,
+    at: u64,
+    first_chunk: u64,
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Side {
@@ -57,6 +98,9 @@ struct Figures {
     typed_first_chunk_ms: f64,
     warm_first_chunk_ms: f64,
     rss_per_session_kib: u64,
+    /// The typed first prompt's path (one) and the later prompts' (`LATER`).
+    first_path: Vec<common::Chain>,
+    later_paths: Vec<common::Chain>,
 }
 
 struct Env {
@@ -67,6 +111,7 @@ struct Env {
     cli: PathBuf,
     ours: PathBuf,
     peer: PathBuf,
+    clock: common::Clock,
 }
 
 fn tree_rss(pid: u32) -> u64 {
@@ -100,6 +145,7 @@ fn spawn(env: &Env, side: Side, round: usize) -> anyhow::Result<tokio::process::
                 .env("CLAUDE_HOST_GITHUB_API_URL", &env.fake_url)
                 .env("CLAUDE_HOST_CLAUDE_PATH", &env.cli)
                 .env("GH_TOKEN", "gho_fake_github_token")
+                .env(trace::TRACE_ENV, home.with_extension("trace"))
                 .env(
                     "CLAUDE_HOST_LOG",
                     std::env::var("BENCH_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
@@ -164,7 +210,18 @@ fn prompt(session: &agent_client_protocol::v1::schema::SessionId, text: &str) ->
     )
 }
 
-async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
+/// When the fake received the model request that carries `text`, sent after `after`.
+fn request_at(env: &Env, requests: &[CapturedRequest], text: &str, after: u64) -> Option<u64> {
+    requests
+        .iter()
+        .map(|r| (env.clock.ns(r.received_at), r))
+        .filter(|(at, r)| *at >= after && r.last_user_text().contains(text))
+        .map(|(at, _)| at)
+        .min()
+}
+
+async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::Result<Figures> {
+    fake.forget_requests();
     let started = Instant::now();
     let mut child = spawn(env, side, n)?;
     let pid = child.id().context("no pid")?;
@@ -187,6 +244,8 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
             ByteStreams::new(stdin.compat_write(), stdout.compat()),
             async move |cx: ConnectionTo<Agent>| {
                 let mut f = Figures::default();
+                let clock = env.clock;
+                let mut sent: Vec<Sent> = Vec::new();
                 cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
                     .block_task()
                     .await?;
@@ -200,17 +259,28 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
                     .await?
                     .session_id;
                 f.new_session_ms = t.elapsed().as_secs_f64() * 1e3;
-                for (i, slot) in [&mut f.cold_first_chunk_ms, &mut f.warm_first_chunk_ms]
-                    .into_iter()
-                    .enumerate()
-                {
+                let mut later = Vec::new();
+                for i in 0..=LATER {
                     while chunks.try_recv().is_ok() {}
+                    let text = format!("ping {side:?} {n} #{i}");
                     let t = Instant::now();
-                    let answer = cx.send_request(prompt(&id, &format!("ping {i}")));
+                    let answer = cx.send_request(prompt(&id, &text));
                     let first = chunks.recv().await.unwrap_or_else(Instant::now);
-                    *slot = first.duration_since(t).as_secs_f64() * 1e3;
+                    let ms = first.duration_since(t).as_secs_f64() * 1e3;
+                    if i == 0 {
+                        f.cold_first_chunk_ms = ms;
+                    } else {
+                        later.push(ms);
+                        sent.push(Sent {
+                            session: id.0.to_string(),
+                            text,
+                            at: clock.ns(t),
+                            first_chunk: clock.ns(first),
+                        });
+                    }
                     answer.block_task().await?;
                 }
+                f.warm_first_chunk_ms = median(later);
                 // A user creates a session and types for a while before the first prompt.
                 let typed = cx
                     .send_request(NewSessionRequest::new(work.clone()))
@@ -219,11 +289,22 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
                     .session_id;
                 tokio::time::sleep(TYPING).await;
                 while chunks.try_recv().is_ok() {}
+                let text = format!("typed ping {side:?} {n}");
                 let t = Instant::now();
-                let answer = cx.send_request(prompt(&typed, "typed ping"));
+                let answer = cx.send_request(prompt(&typed, &text));
                 let first = chunks.recv().await.unwrap_or_else(Instant::now);
                 f.typed_first_chunk_ms = first.duration_since(t).as_secs_f64() * 1e3;
                 answer.block_task().await?;
+                // The typed prompt's path goes first.
+                sent.insert(
+                    0,
+                    Sent {
+                        session: typed.0.to_string(),
+                        text,
+                        at: clock.ns(t),
+                        first_chunk: clock.ns(first),
+                    },
+                );
                 for _ in 2..SESSIONS {
                     cx.send_request(NewSessionRequest::new(work.clone()))
                         .block_task()
@@ -231,11 +312,36 @@ async fn round(env: &Env, side: Side, n: usize) -> anyhow::Result<Figures> {
                 }
                 let all = settled_tree_rss(pid).await;
                 f.rss_per_session_kib = all.saturating_sub(idle_tree) / SESSIONS as u64;
-                Ok(f)
+                Ok((f, sent))
             },
         )
         .await
         .map_err(|e| anyhow::anyhow!("{side:?}: {e}"))?;
+    let (mut figures, sent) = figures;
+    let marks = common::Marks::read(
+        &env.dir
+            .join(format!("{side:?}-{n}"))
+            .with_extension("trace"),
+    );
+    let requests = fake.model_requests();
+    for (i, s) in sent.iter().enumerate() {
+        let key = trace::key_of(&s.session);
+        let fake_at = request_at(env, &requests, &s.text, s.at);
+        let path = match side {
+            Side::Ours => common::chain(
+                &marks,
+                key,
+                &OURS,
+                &[(0, Some(s.at)), (3, fake_at), (6, Some(s.first_chunk))],
+            ),
+            Side::Peer => vec![Some(s.at), fake_at, Some(s.first_chunk)],
+        };
+        if i == 0 {
+            figures.first_path.push(path);
+        } else {
+            figures.later_paths.push(path);
+        }
+    }
     // The client closed the pipes: each agent exits and takes its CLIs with it. The next
     // round starts once all of them are gone, so neither side pays for the other's exit.
     let left = common::tree(pid);
@@ -265,6 +371,7 @@ async fn main() -> anyhow::Result<()> {
         "usage: acp-bench PEER_ENTRY [ROUNDS] (scripts/bench-acp.sh installs the peer)",
     )?);
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(3);
+    let clock = common::Clock::new();
     let (fake, proxy) = common::fake_behind_proxy(Reply::text("pong pong pong")).await?;
     // The fake's first answer loads its tokenizer (a few hundred ms): paid here, not by
     // whichever agent happens to go first.
@@ -299,15 +406,16 @@ async fn main() -> anyhow::Result<()> {
         cli: claude_host_testkit::cli::pinned_cli()?,
         ours,
         peer,
+        clock,
     };
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     let mut floor = Vec::new();
     for n in 0..rounds {
         // Alternating, so a drift of the machine affects both alike.
-        ours.push(round(&env, Side::Ours, n).await?);
-        theirs.push(round(&env, Side::Peer, n).await?);
-        floor.push(bare_cli_first_prompt(&env, n).await?);
+        ours.push(round(&env, &fake, Side::Ours, n).await?);
+        theirs.push(round(&env, &fake, Side::Peer, n).await?);
+        floor.push(bare_cli_first_prompt(&env, &fake, n).await?);
     }
     if std::env::var_os("BENCH_AGENT_LOG").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -315,7 +423,9 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("logs in {}", dir.display());
     }
     report(&ours, &theirs, rounds);
-    report_floor(&floor, &ours, &theirs);
+    let floor_ms: Vec<f64> = floor.iter().map(|(ms, _)| *ms).collect();
+    report_floor(&floor_ms, &ours, &theirs);
+    report_steps(&ours, &theirs, &floor);
     Ok(())
 }
 
@@ -372,7 +482,12 @@ fn report(ours: &[Figures], theirs: &[Figures], rounds: usize) {
 /// The typed first prompt on the bare CLI: spawned with a fresh `HOME`, initialized, warmed
 /// up and cut by the same SDK code claude-host uses, then prompted 2 s after the spawn.
 /// Milliseconds from writing the prompt to the first `content_block_delta`.
-async fn bare_cli_first_prompt(env: &Env, round: usize) -> anyhow::Result<f64> {
+async fn bare_cli_first_prompt(
+    env: &Env,
+    fake: &FakeUpstream,
+    round: usize,
+) -> anyhow::Result<(f64, common::Chain)> {
+    fake.forget_requests();
     let home = env.dir.join(format!("Bare-{round}"));
     let work = home.join("work");
     std::fs::create_dir_all(&work)?;
@@ -393,9 +508,10 @@ async fn bare_cli_first_prompt(env: &Env, round: usize) -> anyhow::Result<f64> {
         .await
         .map_err(|e| anyhow::anyhow!("bare CLI warm-up: {e}"))?;
     tokio::time::sleep(TYPING.saturating_sub(spawned.elapsed())).await;
+    let text = format!("typed ping Bare {round}");
     let t = Instant::now();
-    cli.send_user(serde_json::json!("typed ping"), None, None)
-        .await?;
+    cli.send_user(serde_json::json!(text), None, None).await?;
+    let written = Instant::now();
     let mut first = None;
     while let Some(frame) = tokio::time::timeout(Duration::from_secs(30), cli.next_frame())
         .await
@@ -409,7 +525,7 @@ async fn bare_cli_first_prompt(env: &Env, round: usize) -> anyhow::Result<f64> {
                 .and_then(|t| t.as_str())
                 == Some("content_block_delta");
         if delta && first.is_none() {
-            first = Some(t.elapsed());
+            first = Some(Instant::now());
         }
         if frame.kind == FrameKind::Result {
             break;
@@ -417,7 +533,14 @@ async fn bare_cli_first_prompt(env: &Env, round: usize) -> anyhow::Result<f64> {
     }
     let _ = cli.close().await;
     let first = first.context("the bare CLI's turn streamed no text")?;
-    Ok(first.as_secs_f64() * 1e3)
+    let requests = fake.model_requests();
+    let at = env.clock.ns(written);
+    let path = vec![
+        Some(at),
+        request_at(env, &requests, &text, at),
+        Some(env.clock.ns(first)),
+    ];
+    Ok((first.duration_since(t).as_secs_f64() * 1e3, path))
 }
 
 fn report_floor(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
@@ -433,5 +556,58 @@ fn report_floor(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
          floor: {:.2}× (the most any host could reach with this CLI's warm-up)",
         ours - bare,
         if bare > 0.0 { theirs / bare } else { 0.0 },
+    );
+}
+
+/// Where each prompt's time goes, step by step, on both sides and on the bare CLI.
+fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Chain)]) {
+    let all = |v: &[Figures], f: fn(&Figures) -> &Vec<common::Chain>| -> Vec<common::Chain> {
+        v.iter().flat_map(|x| f(x).iter().cloned()).collect()
+    };
+    common::print_steps(
+        "claude-host, first prompt 2 s after session/new, per step",
+        &OURS,
+        &all(ours, |f| &f.first_path),
+    );
+    common::print_steps(
+        "claude-host, later prompts, per step",
+        &OURS,
+        &all(ours, |f| &f.later_paths),
+    );
+    common::print_steps(
+        "claude-agent-acp, first prompt 2 s after session/new",
+        &PEER,
+        &all(theirs, |f| &f.first_path),
+    );
+    common::print_steps(
+        "claude-agent-acp, later prompts",
+        &PEER,
+        &all(theirs, |f| &f.later_paths),
+    );
+    let bare: Vec<common::Chain> = floor.iter().map(|(_, c)| c.clone()).collect();
+    common::print_steps(
+        "the bare CLI, first prompt 2 s after its spawn",
+        &BARE,
+        &bare,
+    );
+    // What is claude-host's own: editor → CLI stdin and CLI delta → editor.
+    let own = |paths: &[common::Chain]| -> Vec<f64> {
+        paths
+            .iter()
+            .filter_map(|c| {
+                let inbound = c.get(2)?.as_ref()?.checked_sub(*c.first()?.as_ref()?)?;
+                let outbound = c.get(6)?.as_ref()?.checked_sub(*c.get(4)?.as_ref()?)?;
+                Some((inbound + outbound) as f64 / 1e6)
+            })
+            .collect()
+    };
+    let first = own(&all(ours, |f| &f.first_path));
+    let later = own(&all(ours, |f| &f.later_paths));
+    println!();
+    println!(
+        "claude-host's own steps (editor → CLI stdin, plus CLI first delta → editor): first prompt p50 {:.2} ms, later prompts p50 {:.2} ms p99 {:.2} ms",
+        common::quantile(&first, 0.5),
+        common::quantile(&later, 0.5),
+        common::quantile(&later, 0.99),
     );
 }

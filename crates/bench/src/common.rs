@@ -193,3 +193,138 @@ pub fn serve_port(
         }
     }
 }
+
+/// Instants of this process as `CLOCK_MONOTONIC` nanoseconds, the clock of the host's latency
+/// marks (`claude_host_sdk::trace`), so the two can be compared.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    base: std::time::Instant,
+    base_ns: u64,
+}
+
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+impl Clock {
+    /// Pairs an `Instant` with the monotonic clock now (both read the same clock on Linux;
+    /// the pairing only removes the representation's offset).
+    pub fn new() -> Clock {
+        Clock {
+            base: std::time::Instant::now(),
+            base_ns: claude_host_sdk::trace::now_ns(),
+        }
+    }
+
+    /// `at` in monotonic nanoseconds.
+    pub fn ns(&self, at: std::time::Instant) -> u64 {
+        match at.checked_duration_since(self.base) {
+            Some(d) => self.base_ns + d.as_nanos() as u64,
+            None => self
+                .base_ns
+                .saturating_sub(self.base.duration_since(at).as_nanos() as u64),
+        }
+    }
+
+    /// Now, in monotonic nanoseconds.
+    pub fn now(&self) -> u64 {
+        claude_host_sdk::trace::now_ns()
+    }
+}
+
+/// The host's latency marks: by session key, each step's instants in order.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+#[derive(Debug, Default)]
+pub struct Marks(std::collections::HashMap<(String, String), Vec<u64>>);
+
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+impl Marks {
+    /// Reads a trace file (`<step> <key> <ns>` lines); a missing file is no marks.
+    pub fn read(path: &std::path::Path) -> Marks {
+        let mut m: std::collections::HashMap<(String, String), Vec<u64>> = Default::default();
+        for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+            let mut it = line.split_whitespace();
+            if let (Some(step), Some(key), Some(ns)) = (it.next(), it.next(), it.next())
+                && let Ok(ns) = ns.parse()
+            {
+                m.entry((step.to_owned(), key.to_owned()))
+                    .or_default()
+                    .push(ns);
+            }
+        }
+        for v in m.values_mut() {
+            v.sort_unstable();
+        }
+        Marks(m)
+    }
+
+    /// The first `step` of session `key` at or after `after`.
+    pub fn first(&self, step: &str, key: &str, after: u64) -> Option<u64> {
+        let v = self.0.get(&(step.to_owned(), key.to_owned()))?;
+        v.get(v.partition_point(|t| *t < after)).copied()
+    }
+}
+
+/// One prompt's path as a chain of instants (ns), `None` where a mark is missing.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub type Chain = Vec<Option<u64>>;
+
+/// Follows `steps` from `start` for session `key`: each step's first mark at or after the one
+/// before it (the instants the bench itself took are given as `Some` fixed points by the
+/// caller through `fixed`: `(index, ns)`).
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn chain(marks: &Marks, key: &str, steps: &[&str], fixed: &[(usize, Option<u64>)]) -> Chain {
+    let mut out: Chain = vec![None; steps.len()];
+    let mut last = 0u64;
+    for (i, step) in steps.iter().enumerate() {
+        let at = match fixed.iter().find(|(j, _)| *j == i) {
+            Some((_, at)) => *at,
+            None => marks.first(step, key, last),
+        };
+        out[i] = at;
+        if let Some(t) = at {
+            last = t;
+        }
+    }
+    out
+}
+
+/// The `q` quantile (0..=1) of `v`, nearest rank (`NaN` for none).
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Prints a table of the time between consecutive points of `chains` (milliseconds, p50 and
+/// p99 and the count with both ends marked), one row per step, and the whole path.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn print_steps(title: &str, points: &[&str], chains: &[Chain]) {
+    println!();
+    println!("{title} ({} prompts)", chains.len());
+    println!("| step | p50 (ms) | p99 (ms) | n |");
+    println!("|---|---|---|---|");
+    let row = |label: String, a: usize, b: usize| {
+        let d: Vec<f64> = chains
+            .iter()
+            .filter_map(|c| Some((*c.get(b)?)?.saturating_sub((*c.get(a)?)?) as f64 / 1e6))
+            .collect();
+        println!(
+            "| {label} | {:.2} | {:.2} | {} |",
+            quantile(&d, 0.5),
+            quantile(&d, 0.99),
+            d.len()
+        );
+    };
+    for i in 1..points.len() {
+        row(format!("{} → {}", points[i - 1], points[i]), i - 1, i);
+    }
+    row(
+        format!("total: {} → {}", points[0], points[points.len() - 1]),
+        0,
+        points.len() - 1,
+    );
+}

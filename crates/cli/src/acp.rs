@@ -54,8 +54,46 @@ pub(crate) async fn acp(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode
         before_sessions: stored,
     };
     tracing::info!("serving ACP on standard input and output");
-    claude_host_acp::serve(agent, options, tokio::io::stdin(), tokio::io::stdout()).await?;
+    let (input, output) = stdio();
+    claude_host_acp::serve(agent, options, input, output).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+type Input = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+type Output = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// Standard input and output as the editor's connection. Pipes (what an editor gives its
+/// agent) are read and written on the runtime's own reactor: tokio's `stdin()`/`stdout()`
+/// hand every read and write to a blocking-pool thread, a thread hop on each message's way
+/// in and out (docs/BENCHMARKS.md, ACP, per step). Anything else (a terminal, a file) keeps
+/// them. The pipes are duplicates of fds 0 and 1, made non-blocking; nothing else in
+/// `acp` reads standard input or writes standard output.
+fn stdio() -> (Input, Output) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let input: Input = match std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Receiver::from_owned_fd)
+    {
+        Ok(r) => Box::new(r),
+        Err(e) => {
+            tracing::debug!(error = %e, "standard input is not a pipe; read through a thread");
+            Box::new(tokio::io::stdin())
+        }
+    };
+    let output: Output = match std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Sender::from_owned_fd)
+    {
+        Ok(w) => Box::new(w),
+        Err(e) => {
+            tracing::debug!(error = %e, "standard output is not a pipe; written through a thread");
+            Box::new(tokio::io::stdout())
+        }
+    };
+    (input, output)
 }
 
 /// The device flow of `claude-host login`, run for an editor's `authenticate`.

@@ -11,6 +11,7 @@ pub mod mcp;
 mod options;
 mod process;
 mod session;
+pub mod trace;
 pub mod transcripts;
 mod warm_up;
 

@@ -175,6 +175,40 @@ struct Shared {
     ended_notify: tokio::sync::Notify,
     shutdown: CancellationToken,
     next_id: AtomicU64,
+    /// Latency marks (`crate::trace`), only when the environment asks for them.
+    trace: Option<Trace>,
+}
+
+/// What a CLI's latency marks need: its session's key, and whether a user message went out
+/// whose first stream delta has not been read yet.
+struct Trace {
+    key: String,
+    awaiting_part: std::sync::atomic::AtomicBool,
+    awaiting_delta: std::sync::atomic::AtomicBool,
+}
+
+impl Trace {
+    fn sent_user(&self) {
+        crate::trace::mark(crate::trace::CLI_STDIN, &self.key);
+        self.awaiting_part.store(true, Ordering::Relaxed);
+        self.awaiting_delta.store(true, Ordering::Relaxed);
+    }
+
+    /// Marks the first content block and the first delta read after a user message.
+    fn stream_event(&self, frame: &Frame) {
+        let kind = frame
+            .get("event")
+            .and_then(|e| e.get("type"))
+            .and_then(Value::as_str);
+        let (flag, step) = match kind {
+            Some("content_block_start") => (&self.awaiting_part, crate::trace::CLI_PART),
+            Some("content_block_delta") => (&self.awaiting_delta, crate::trace::CLI_DELTA),
+            _ => return,
+        };
+        if flag.swap(false, Ordering::Relaxed) {
+            crate::trace::mark(step, &self.key);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -267,6 +301,15 @@ impl ClaudeSession {
             ended_notify: tokio::sync::Notify::new(),
             shutdown: CancellationToken::new(),
             next_id: AtomicU64::new(1),
+            trace: crate::trace::enabled().then(|| Trace {
+                key: opts
+                    .session_id
+                    .clone()
+                    .or_else(|| opts.resume.clone())
+                    .unwrap_or_default(),
+                awaiting_part: std::sync::atomic::AtomicBool::new(false),
+                awaiting_delta: std::sync::atomic::AtomicBool::new(false),
+            }),
         });
         for (name, bridge, rx) in receivers {
             tokio::spawn(pump_server(name, bridge, rx, shared.clone()));
@@ -381,7 +424,12 @@ impl ClaudeSession {
             .write(&user_message(content, uuid, priority))
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(t) = &self.shared.trace {
+                    t.sent_user();
+                }
+                Ok(())
+            }
             Err(e) => Err(self.exit_cause(e).await),
         }
     }
@@ -737,6 +785,12 @@ async fn read_loop(
                 let _ = tx.send(Ok(frame));
             }
             FrameKind::KeepAlive => {}
+            FrameKind::StreamEvent if shared.trace.is_some() => {
+                if let Some(t) = &shared.trace {
+                    t.stream_event(&frame);
+                }
+                let _ = tx.send(Ok(frame));
+            }
             // Never waits: the channel is unbounded, so frames nobody reads yet cannot hold
             // up the control traffic behind them. A send fails only once the session is
             // dropped, and then the frame has no reader anyway.

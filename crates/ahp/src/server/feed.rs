@@ -7,7 +7,8 @@
 use super::{Conn, lock};
 use crate::host::Host;
 use crate::rpc::{RpcError, code};
-use claude_host_agent::{ChannelKind, SessionEvent, SessionHandle, SessionSubscription};
+use ahp_types::actions::StateAction;
+use claude_host_agent::{ChannelKind, SessionEvent, SessionHandle, SessionSubscription, trace};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -109,6 +110,8 @@ async fn run(
     mut from: HashMap<String, u64>,
     mut cmds: mpsc::UnboundedReceiver<FeedCmd>,
 ) {
+    // The turn's first response part is still to go out (a latency mark, `trace`).
+    let mut first_part = false;
     loop {
         let event = tokio::select! {
             // Commands first: a subscription is answered before more actions go out.
@@ -141,6 +144,15 @@ async fn run(
                     sent = new, "action out");
                 if new && !conn.send(p.notification()) {
                     return;
+                }
+                if new {
+                    match p.action() {
+                        StateAction::ChatTurnStarted(_) => first_part = true,
+                        StateAction::ChatResponsePart(_) if std::mem::take(&mut first_part) => {
+                            trace::mark(trace::AHP_PART, trace::key_of(handle.id()));
+                        }
+                        _ => {}
+                    }
                 }
             }
             Some(SessionEvent::Resync(_)) => {

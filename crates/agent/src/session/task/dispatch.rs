@@ -19,7 +19,13 @@ impl Task {
         let copy = action.clone();
         let outcome = match (kind.clone(), action) {
             (ChannelKind::Chat, StateAction::ChatTurnStarted(a)) => {
-                self.client_turn(a, &origin, content)
+                let accepted = self.client_turn(a, &origin, content);
+                if accepted.is_ok() {
+                    // Now, not on a later loop turn: with a live CLI the prompt is on its
+                    // stdin before this command is done.
+                    self.pump().await;
+                }
+                accepted
             }
             (
                 k @ (ChannelKind::Chat | ChannelKind::Subagent(_)),
@@ -262,7 +268,6 @@ impl Task {
                 for_turn: true,
             });
         }
-        self.pump_later();
         Ok(())
     }
 
