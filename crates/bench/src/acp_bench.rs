@@ -10,6 +10,11 @@
 //! does, its first prompt 2 s after its spawn → first text delta. That is what the CLI alone takes for
 //! the first message of a conversation; the host can only add to it.
 //!
+//! Each prompt's path is also printed step by step (p50/p99): claude-host's own latency
+//! marks (`claude_host_sdk::trace`, turned on in its environment), this client's instants
+//! and the fake's receipt of the model request; the peer's and the bare CLI's paths are split
+//! at the fake only.
+//!
 //! The peer reaches the fake through a claude-host proxy in this process (it cannot sign in
 //! to Copilot itself), so the proxy's memory and CPU count against claude-host only.
 //!
