@@ -24,25 +24,11 @@ mod common;
 const TOKEN: &str = "bench-token";
 
 async fn connect(url: &str, id: &str) -> anyhow::Result<Client> {
-    let t = ahp_ws::WebSocketTransport::connect(url).await?;
-    let c = Client::connect(
-        t,
-        ClientConfig {
-            subscription_buffer: 1 << 16,
-            ..ClientConfig::default()
-        },
-    )
-    .await?;
-    c.initialize(
-        id.into(),
-        ahp_types::version::SUPPORTED_PROTOCOL_VERSIONS
-            .iter()
-            .map(|v| (*v).to_owned())
-            .collect(),
-        vec![],
-    )
-    .await?;
-    Ok(c)
+    let config = ClientConfig {
+        subscription_buffer: 1 << 16,
+        ..ClientConfig::default()
+    };
+    common::ahp_client(url, id, config).await
 }
 
 /// Publishes `total` root actions in bursts, waiting after each burst until every client has

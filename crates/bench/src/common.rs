@@ -328,3 +328,25 @@ pub fn print_steps(title: &str, points: &[&str], chains: &[Chain]) {
         points.len() - 1,
     );
 }
+
+/// An official `ahp` client connected to `url` and initialized as `client_id`, offering every
+/// protocol version the crate speaks.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub async fn ahp_client(
+    url: &str,
+    client_id: &str,
+    config: ahp::ClientConfig,
+) -> anyhow::Result<ahp::Client> {
+    let t = ahp_ws::WebSocketTransport::connect(url).await?;
+    let c = ahp::Client::connect(t, config).await?;
+    c.initialize(
+        client_id.into(),
+        ahp_types::version::SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect(),
+        vec![],
+    )
+    .await?;
+    Ok(c)
+}

@@ -224,18 +224,7 @@ fn in_process(tree: &Path, run: &mut Run) -> anyhow::Result<()> {
 }
 
 async fn connect(url: &str) -> anyhow::Result<Client> {
-    let t = ahp_ws::WebSocketTransport::connect(url).await?;
-    let c = Client::connect(t, ClientConfig::default()).await?;
-    c.initialize(
-        "completions-bench".into(),
-        ahp_types::version::SUPPORTED_PROTOCOL_VERSIONS
-            .iter()
-            .map(|v| (*v).to_owned())
-            .collect(),
-        vec![],
-    )
-    .await?;
-    Ok(c)
+    common::ahp_client(url, "completions-bench", ClientConfig::default()).await
 }
 
 async fn create(c: &Client, folder: &Path) -> anyhow::Result<String> {

@@ -195,17 +195,7 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
     let pid = child.id();
     let (port, _stdout) = common::serve_port(&mut child)?;
     let url = format!("ws://127.0.0.1:{port}/?tkn={TOKEN}");
-    let t = ahp_ws::WebSocketTransport::connect(&url).await?;
-    let c = ahp::Client::connect(t, ClientConfig::default()).await?;
-    c.initialize(
-        "restore-bench".into(),
-        ahp_types::version::SUPPORTED_PROTOCOL_VERSIONS
-            .iter()
-            .map(|v| (*v).to_owned())
-            .collect(),
-        vec![],
-    )
-    .await?;
+    let c = common::ahp_client(&url, "restore-bench", ClientConfig::default()).await?;
     c.ping().await?;
     let idle_kib = common::rss_kib(pid);
     let session = format!("claude:/{}", f.generated.session_id);
