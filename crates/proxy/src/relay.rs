@@ -586,7 +586,7 @@ impl Relay {
                         self.turn = turn;
                         self.turn_bytes = 0;
                     }
-                    self.turn_bytes += chunk.len();
+                    self.turn_bytes = self.turn_bytes.saturating_add(chunk.len());
                     self.append(chunk);
                     self.process();
                 }
