@@ -12,13 +12,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 
 VERSION="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
-case "$(uname -s)-$(uname -m)" in
-  Linux-x86_64) PLATFORM=linux-x64 ;;
-  Linux-aarch64) PLATFORM=linux-arm64 ;;
-  Darwin-arm64) PLATFORM=darwin-arm64 ;;
-  Darwin-x86_64) PLATFORM=darwin-x64 ;;
-  *) echo "unsupported platform $(uname -s)-$(uname -m)" >&2; exit 1 ;;
-esac
+. scripts/lib/platform.sh
 MAIN="${REPO}/dist/npm/claude-host-${VERSION}.tgz"
 NATIVE="${REPO}/dist/npm/claude-host-${PLATFORM}-${VERSION}.tgz"
 for f in "${MAIN}" "${NATIVE}"; do

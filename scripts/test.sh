@@ -6,13 +6,7 @@ cd "$(dirname "$0")/.."
 
 CLI_VERSION=2.1.330
 CLI_DIR="${HOME}/.cache/claude-host-test/cli/${CLI_VERSION}"
-case "$(uname -s)-$(uname -m)" in
-  Linux-x86_64) PLATFORM=linux-x64 ;;
-  Linux-aarch64) PLATFORM=linux-arm64 ;;
-  Darwin-arm64) PLATFORM=darwin-arm64 ;;
-  Darwin-x86_64) PLATFORM=darwin-x64 ;;
-  *) echo "unsupported platform $(uname -s)-$(uname -m)" >&2; exit 1 ;;
-esac
+. scripts/lib/platform.sh
 CLI_BIN="${CLI_DIR}/node_modules/@anthropic-ai/claude-code-${PLATFORM}/claude"
 if ! "${CLI_BIN}" --version 2>/dev/null | grep -q "^${CLI_VERSION}"; then
   command -v npm >/dev/null || { echo "npm is required to install Claude Code ${CLI_VERSION} for the tests" >&2; exit 1; }

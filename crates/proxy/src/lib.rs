@@ -121,6 +121,28 @@ pub(crate) struct Background {
 const QUOTA_RECHECK: Duration = Duration::from_secs(15 * 60);
 
 impl State {
+    /// A proxy's state for a listener bound at `bound`, its background tasks in `background`.
+    fn new(
+        config: ProxyConfig,
+        bound: SocketAddr,
+        nonce: Nonce,
+        upstream: Arc<dyn Upstream>,
+        background: Background,
+    ) -> Arc<State> {
+        Arc::new(State {
+            allowed_hosts: auth::allowed_hosts(config.listen, bound),
+            telemetry: telemetry::Telemetry::new(config.meter.as_ref()),
+            config,
+            nonce,
+            active: std::sync::atomic::AtomicUsize::new(0),
+            trim_scheduled: std::sync::atomic::AtomicBool::new(false),
+            upstream: RwLock::new(upstream),
+            ledger: Arc::new(initiator::Ledger::new()),
+            quota_exhausted_at: std::sync::Mutex::new(None),
+            background,
+        })
+    }
+
     /// A proxy's state without a listener: for the fuzz targets and unit tests, which call
     /// the router and the relay directly. `bound` is the address it "listens" on.
     #[cfg(any(test, feature = "fuzzing"))]
@@ -130,21 +152,11 @@ impl State {
         nonce: Nonce,
         upstream: Arc<dyn Upstream>,
     ) -> Arc<State> {
-        Arc::new(State {
-            allowed_hosts: auth::allowed_hosts(config.listen, bound),
-            config,
-            nonce,
-            active: std::sync::atomic::AtomicUsize::new(0),
-            trim_scheduled: std::sync::atomic::AtomicBool::new(false),
-            upstream: RwLock::new(upstream),
-            ledger: Arc::new(initiator::Ledger::new()),
-            quota_exhausted_at: std::sync::Mutex::new(None),
-            background: Background {
-                tracker: TaskTracker::new(),
-                cancel: CancellationToken::new(),
-            },
-            telemetry: telemetry::Telemetry::new(None),
-        })
+        let background = Background {
+            tracker: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        };
+        State::new(config, bound, nonce, upstream, background)
     }
 
     pub(crate) fn mark_quota_exhausted(&self) {
@@ -344,25 +356,13 @@ pub async fn start(
         addr: config.listen,
         source,
     })?;
-    let allowed_hosts = auth::allowed_hosts(config.listen, addr);
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let telemetry = telemetry::Telemetry::new(config.meter.as_ref());
-    let state = Arc::new(State {
-        config,
-        telemetry,
-        nonce: Nonce::generate(),
-        allowed_hosts,
-        active: std::sync::atomic::AtomicUsize::new(0),
-        trim_scheduled: std::sync::atomic::AtomicBool::new(false),
-        upstream: RwLock::new(upstream),
-        ledger: Arc::new(initiator::Ledger::new()),
-        quota_exhausted_at: std::sync::Mutex::new(None),
-        background: Background {
-            tracker: tracker.clone(),
-            cancel: cancel.clone(),
-        },
-    });
+    let background = Background {
+        tracker: tracker.clone(),
+        cancel: cancel.clone(),
+    };
+    let state = State::new(config, addr, Nonce::generate(), upstream, background);
     tracker.spawn(accept_loop(
         listener,
         state.clone(),

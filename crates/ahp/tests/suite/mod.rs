@@ -46,17 +46,33 @@ pub(crate) async fn env_full(
     tweak_agent: impl FnOnce(&mut AgentConfig),
     tweak: impl FnOnce(&mut ServeConfig),
 ) -> Env {
+    env_of(false, false, host_config, tweak_agent, tweak).await
+}
+
+/// A fake upstream, a temporary home with its `work` folder, and a host serving it (with a
+/// session store when `with_store`, holding a GitHub credential when `signed_in`).
+async fn env_of(
+    with_store: bool,
+    signed_in: bool,
+    host_config: HostConfig,
+    tweak_agent: impl FnOnce(&mut AgentConfig),
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Env {
     let fake = FakeUpstream::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    let store = match with_store {
+        true => Some(store_in(dir.path()).await),
+        false => None,
+    };
     let (host, server) = serve(
         dir.path(),
         &fake.url(),
-        None,
+        store,
         host_config,
         tweak_agent,
         tweak,
-        false,
+        signed_in,
     )
     .await;
     let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
@@ -137,27 +153,7 @@ async fn serve(
 /// A host with a session store, which [`Env::restart`] can stop and start again over the
 /// same files on the same port.
 pub(crate) async fn env_with_store() -> Env {
-    let fake = FakeUpstream::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("work")).unwrap();
-    let (host, server) = serve(
-        dir.path(),
-        &fake.url(),
-        Some(store_in(dir.path()).await),
-        HostConfig::default(),
-        |_| {},
-        |_| {},
-        false,
-    )
-    .await;
-    let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
-    Env {
-        fake,
-        host,
-        server: Some(server),
-        dir,
-        url,
-    }
+    env_of(true, false, HostConfig::default(), |_| {}, |_| {}).await
 }
 
 async fn store_in(dir: &std::path::Path) -> Arc<dyn claude_host_store::Store> {
@@ -174,27 +170,7 @@ pub(crate) async fn env() -> Env {
 
 /// A host that holds a GitHub credential from its start (`claude-host login`, `GH_TOKEN`).
 pub(crate) async fn env_signed_in() -> Env {
-    let fake = FakeUpstream::start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("work")).unwrap();
-    let (host, server) = serve(
-        dir.path(),
-        &fake.url(),
-        None,
-        HostConfig::default(),
-        |_| {},
-        |_| {},
-        true,
-    )
-    .await;
-    let url = format!("ws://{}/?tkn={TOKEN}", server.addr());
-    Env {
-        fake,
-        host,
-        server: Some(server),
-        dir,
-        url,
-    }
+    env_of(false, true, HostConfig::default(), |_| {}, |_| {}).await
 }
 
 impl Env {

@@ -481,14 +481,7 @@ async fn a_host_holding_a_credential_serves_a_vs_code_without_a_github_session()
     let session = format!("claude:/{}", uuid::Uuid::new_v4());
     create(&mut c, &e, &session).await;
     let chat = claude_host_protocol::uri::default_chat_uri(&session);
-    let turn = request_id();
-    c.dispatch(
-        &chat,
-        json!({"type": "chat/turnStarted", "turnId": turn,
-            "startedAt": "2026-05-01T10:01:00.000Z",
-            "message": user_message("Say hello", &model)}),
-    )
-    .await;
+    let turn = start_turn_with(&mut c, &chat, user_message("Say hello", &model)).await;
     let end = c.action("the turn's end", turn_ended(&turn)).await;
     assert_eq!(end["action"]["type"], "chat/turnComplete", "{end}");
     assert!(
@@ -659,14 +652,7 @@ async fn after_a_host_restart_vs_code_initializes_again_and_finds_its_session_by
     let session = format!("ahp-session:/{}", uuid::Uuid::new_v4());
     create(&mut c, &e, &session).await;
     let chat = claude_host_protocol::uri::default_chat_uri(&session);
-    let turn = request_id();
-    c.dispatch(
-        &chat,
-        json!({"type": "chat/turnStarted", "turnId": turn,
-            "startedAt": "2026-05-01T10:01:00.000Z",
-            "message": user_message("Remember this", &model)}),
-    )
-    .await;
+    let turn = start_turn_with(&mut c, &chat, user_message("Remember this", &model)).await;
     c.action("the turn's end", turn_ended(&turn)).await;
     // Read in VS Code (sent on the session channel).
     let seq = c
