@@ -306,10 +306,10 @@ async fn a_host_cut_off_mid_turn_stops_and_another_takes_over_with_nothing_lost_
         wb.ok("subscribe", serde_json::json!({"channel": chat}))
             .await;
         let t3 = wb.turn(&chat, "what did I ask?").await;
+        let end = wb.turn_end(&t3).await;
         assert_eq!(
-            wb.turn_end(&t3).await["action"]["type"],
-            "chat/turnComplete",
-            "rep {rep}"
+            end["action"]["type"], "chat/turnComplete",
+            "rep {rep}: {end}"
         );
         let b_file = b
             .machine
