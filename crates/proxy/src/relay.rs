@@ -195,6 +195,10 @@ pub(crate) struct Relay {
     turn: u64,
     /// The turn in which the relay last gave way: it stays quiet until the next.
     gave_way_in: u64,
+    /// `buf` may hold complete events not yet processed: a read larger than a turn's share
+    /// is taken a share at a time, so one large read (an upstream far ahead, a grown read
+    /// buffer) delays neither the first byte nor the thread's other work by its whole length.
+    backlog: bool,
 }
 
 /// Upstream bytes a relay takes in one turn of its task before it gives way to the rest of
@@ -235,6 +239,7 @@ impl Relay {
             turn_bytes: 0,
             turn: 0,
             gave_way_in: 0,
+            backlog: false,
         }
     }
 
@@ -284,7 +289,9 @@ impl Relay {
                 }
                 Ok(Some(Ok(chunk))) => {
                     self.append(chunk);
-                    self.process();
+                    // Event by event until there is something to send: the rest of the read
+                    // is processed once the first frame is on its way.
+                    while self.out.is_empty() && !self.finished && self.process(1) > 0 {}
                     if self.events_out == 0
                         && let Some(env) = self.first_error.take()
                     {
@@ -332,14 +339,21 @@ impl Relay {
 
     /// Turns complete events in `buf` into output. Consecutive pass-through events leave as
     /// one zero-copy slice of the upstream bytes.
-    fn process(&mut self) {
+    /// Processes the complete events in `buf` until `limit` bytes of them are taken (at least
+    /// one event); the bytes taken. Events left over are marked in `backlog`.
+    fn process(&mut self, limit: usize) -> usize {
         if self.translator.is_some() {
-            self.process_translated();
-            return;
+            return self.process_translated(limit);
         }
         let mut pass_end = 0;
+        let mut taken = 0;
+        self.backlog = false;
         loop {
             if self.finished {
+                break;
+            }
+            if taken >= limit {
+                self.backlog = true;
                 break;
             }
             let end = match find_event_end(&self.buf[pass_end..], self.scan) {
@@ -350,6 +364,7 @@ impl Relay {
                 }
             };
             self.scan = 0;
+            taken += end - pass_end;
             let raw = &self.buf[pass_end..end];
             match event_name(raw) {
                 Some(b"message_start") => {
@@ -405,19 +420,26 @@ impl Relay {
         if self.finished {
             // Anything after `message_stop` or an error is not forwarded.
             self.buf.clear();
+            self.backlog = false;
         }
+        taken
     }
 
     /// Translates the complete events in `buf`; what the events of one upstream read become
     /// leaves as one frame.
-    fn process_translated(&mut self) {
+    fn process_translated(&mut self, limit: usize) -> usize {
         let Some(translator) = self.translator.as_mut() else {
-            return;
+            return 0;
         };
         let mut out = BytesMut::new();
         let mut start = 0;
         let mut failed = None;
+        self.backlog = false;
         while !self.finished {
+            if start >= limit {
+                self.backlog = true;
+                break;
+            }
             let end = match find_event_end(&self.buf[start..], self.scan) {
                 Ok(e) => start + e,
                 Err(resume) => {
@@ -453,7 +475,9 @@ impl Relay {
         if self.finished {
             self.note_translated_usage();
             self.buf.clear();
+            self.backlog = false;
         }
+        start
     }
 
     /// The usage a translator read, for the request's log line.
@@ -579,16 +603,21 @@ impl Relay {
                 }
                 return Poll::Pending;
             }
+            if turn != self.turn {
+                self.turn = turn;
+                self.turn_bytes = 0;
+            }
+            if self.backlog {
+                let taken = self.process(TURN_SHARE);
+                self.turn_bytes = self.turn_bytes.saturating_add(taken);
+                continue;
+            }
             match self.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     self.last_data = tokio::time::Instant::now();
-                    if turn != self.turn {
-                        self.turn = turn;
-                        self.turn_bytes = 0;
-                    }
-                    self.turn_bytes = self.turn_bytes.saturating_add(chunk.len());
                     self.append(chunk);
-                    self.process();
+                    let taken = self.process(TURN_SHARE);
+                    self.turn_bytes = self.turn_bytes.saturating_add(taken);
                 }
                 Poll::Ready(Some(Err(e))) => {
                     self.fail_stream(format!("upstream connection failed mid-stream: {e}"))
@@ -809,8 +838,47 @@ mod tests {
             };
             (first, relay.poll_event(&mut cx).map(|b| b.map(|b| b.len())))
         });
-        assert_eq!(started, read, "the first read is the first frame");
+        assert_eq!(started, read / 10, "the first event is the first frame");
         assert_eq!(rest, Poll::Pending, "the relay waits for its next turn");
+    }
+
+    #[tokio::test]
+    async fn one_large_read_is_taken_a_share_at_a_time_after_its_first_event() {
+        // The whole stream in one read: what an upstream far ahead of the relay gives once
+        // the upstream connection's read buffer has grown.
+        let (chunks, total) = stream(200);
+        let event = chunks[0].len() / 10;
+        let whole = Bytes::from(chunks.concat());
+        let relay = relay_of(vec![whole]);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (first, mut relay) = crate::turns::within(|| {
+            let mut start = std::pin::pin!(relay.start());
+            let Poll::Ready(RelayStart::Stream(mut relay)) = start.as_mut().poll(&mut cx) else {
+                panic!("the relay did not start on ready bytes");
+            };
+            let first = match relay.poll_event(&mut cx) {
+                Poll::Ready(Some(b)) => b.len(),
+                other => panic!("no first frame: {other:?}"),
+            };
+            assert!(relay.poll_event(&mut cx).is_pending(), "it gives way after its first frame");
+            (first, relay)
+        });
+        assert_eq!(first, event, "the first frame waited for no more than its event");
+        let mut turns = vec![first];
+        loop {
+            let (bytes, ended) = one_turn(&mut relay, &mut cx);
+            turns.push(bytes);
+            if ended {
+                break;
+            }
+            assert!(turns.len() < 10_000, "the relay never ended");
+        }
+        assert_eq!(turns.iter().sum::<usize>(), total, "every byte relayed");
+        let most = turns.iter().copied().max().unwrap_or(0);
+        assert!(
+            most <= TURN_SHARE + event,
+            "a turn relayed {most} bytes of one read, more than its share {TURN_SHARE} and one event"
+        );
     }
 
     #[tokio::test]
