@@ -5,6 +5,7 @@
 #
 #   scripts/time-first-build.sh [REV]     # default: HEAD of this checkout
 #   TIMINGS=1 scripts/time-first-build.sh # also keeps cargo's --timings report
+#   KEEP_BINARY=/tmp/x scripts/time-first-build.sh  # keeps the built binary there
 #
 # Printed apart, so the build is not blamed for the network: the registry download (`cargo
 # fetch`), the build (`cargo build --release -p claude-host`, offline), and the first run
@@ -52,6 +53,8 @@ if [ -n "${TIMINGS:-}" ]; then
   cp "$CARGO_TARGET_DIR"/cargo-timings/cargo-timing.html "$repo/target/first-build/"
   echo "timings: $repo/target/first-build/cargo-timing.html"
 fi
+
+if [ -n "${KEEP_BINARY:-}" ]; then cp "$CARGO_TARGET_DIR/release/claude-host" "$KEEP_BINARY"; fi
 
 echo "revision: $(git rev-parse --short HEAD)"
 echo "answer: $answer"
