@@ -860,10 +860,16 @@ mod tests {
                 Poll::Ready(Some(b)) => b.len(),
                 other => panic!("no first frame: {other:?}"),
             };
-            assert!(relay.poll_event(&mut cx).is_pending(), "it gives way after its first frame");
+            assert!(
+                relay.poll_event(&mut cx).is_pending(),
+                "it gives way after its first frame"
+            );
             (first, relay)
         });
-        assert_eq!(first, event, "the first frame waited for no more than its event");
+        assert_eq!(
+            first, event,
+            "the first frame waited for no more than its event"
+        );
         let mut turns = vec![first];
         loop {
             let (bytes, ended) = one_turn(&mut relay, &mut cx);
