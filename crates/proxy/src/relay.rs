@@ -794,21 +794,29 @@ mod tests {
         })
     }
 
+    /// `one_turn` until the relay ends: the bytes of each turn, after those in `turns`.
+    fn turns_to_the_end(
+        relay: &mut Relay,
+        cx: &mut Context<'_>,
+        mut turns: Vec<usize>,
+    ) -> Vec<usize> {
+        loop {
+            let (bytes, ended) = one_turn(relay, cx);
+            turns.push(bytes);
+            if ended {
+                return turns;
+            }
+            assert!(turns.len() < 10_000, "the relay never ended");
+        }
+    }
+
     #[tokio::test]
     async fn a_relay_whose_upstream_is_ahead_gives_way_after_its_share_of_a_turn() {
         let (chunks, total) = stream(200);
         let read = chunks[0].len();
         let mut relay = relay_of(chunks);
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut turns = Vec::new();
-        loop {
-            let (bytes, ended) = one_turn(&mut relay, &mut cx);
-            turns.push(bytes);
-            if ended {
-                break;
-            }
-            assert!(turns.len() < 10_000, "the relay never ended");
-        }
+        let turns = turns_to_the_end(&mut relay, &mut cx, Vec::new());
         assert_eq!(turns.iter().sum::<usize>(), total, "every byte relayed");
         // Without giving way, hyper would have taken the whole stream (260 KB) in one turn.
         let most = turns.iter().copied().max().unwrap_or(0);
@@ -870,15 +878,7 @@ mod tests {
             first, event,
             "the first frame waited for no more than its event"
         );
-        let mut turns = vec![first];
-        loop {
-            let (bytes, ended) = one_turn(&mut relay, &mut cx);
-            turns.push(bytes);
-            if ended {
-                break;
-            }
-            assert!(turns.len() < 10_000, "the relay never ended");
-        }
+        let turns = turns_to_the_end(&mut relay, &mut cx, vec![first]);
         assert_eq!(turns.iter().sum::<usize>(), total, "every byte relayed");
         let most = turns.iter().copied().max().unwrap_or(0);
         assert!(
