@@ -599,11 +599,7 @@ fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Cha
     let own = |paths: &[common::Chain]| -> Vec<f64> {
         paths
             .iter()
-            .filter_map(|c| {
-                let inbound = c.get(2)?.as_ref()?.checked_sub(*c.first()?.as_ref()?)?;
-                let outbound = c.get(6)?.as_ref()?.checked_sub(*c.get(4)?.as_ref()?)?;
-                Some((inbound + outbound) as f64 / 1e6)
-            })
+            .filter_map(|c| Some(common::span_ms(c, 0, 2)? + common::span_ms(c, 4, 6)?))
             .collect()
     };
     let first = own(&all(ours, |f| &f.first_path));

@@ -366,7 +366,7 @@ async fn streaming_latency(sessions: usize, turns: usize) -> anyhow::Result<()> 
     let part = |a: usize, b: usize| -> Vec<f64> {
         paths
             .iter()
-            .filter_map(|c| Some((*c.get(b)?)?.checked_sub((*c.get(a)?)?)? as f64 / 1e6))
+            .filter_map(|c| common::span_ms(c, a, b))
             .collect()
     };
     let (inbound, outbound) = (part(0, 2), part(4, 6));

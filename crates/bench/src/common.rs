@@ -299,6 +299,13 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
     v[rank - 1]
 }
 
+/// Milliseconds from point `a` to point `b` of `chain`, when both are marked and in order.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn span_ms(chain: &Chain, a: usize, b: usize) -> Option<f64> {
+    let (a, b) = ((*chain.get(a)?)?, (*chain.get(b)?)?);
+    Some(b.checked_sub(a)? as f64 / 1e6)
+}
+
 /// Prints a table of the time between consecutive points of `chains` (milliseconds, p50 and
 /// p99 and the count with both ends marked), one row per step, and the whole path.
 #[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
@@ -308,10 +315,7 @@ pub fn print_steps(title: &str, points: &[&str], chains: &[Chain]) {
     println!("| step | p50 (ms) | p99 (ms) | n |");
     println!("|---|---|---|---|");
     let row = |label: String, a: usize, b: usize| {
-        let d: Vec<f64> = chains
-            .iter()
-            .filter_map(|c| Some((*c.get(b)?)?.saturating_sub((*c.get(a)?)?) as f64 / 1e6))
-            .collect();
+        let d: Vec<f64> = chains.iter().filter_map(|c| span_ms(c, a, b)).collect();
         println!(
             "| {label} | {:.2} | {:.2} | {} |",
             quantile(&d, 0.5),

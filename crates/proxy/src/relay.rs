@@ -337,10 +337,9 @@ impl Relay {
         StreamBody::new(RelayStream(Box::new(self)))
     }
 
-    /// Turns complete events in `buf` into output. Consecutive pass-through events leave as
-    /// one zero-copy slice of the upstream bytes.
-    /// Processes the complete events in `buf` until `limit` bytes of them are taken (at least
-    /// one event); the bytes taken. Events left over are marked in `backlog`.
+    /// Turns the complete events in `buf` into output until `limit` bytes of them are taken
+    /// (at least one event); the bytes taken. Events left over are marked in `backlog`.
+    /// Consecutive pass-through events leave as one zero-copy slice of the upstream bytes.
     fn process(&mut self, limit: usize) -> usize {
         if self.translator.is_some() {
             return self.process_translated(limit);
@@ -425,8 +424,8 @@ impl Relay {
         taken
     }
 
-    /// Translates the complete events in `buf`; what the events of one upstream read become
-    /// leaves as one frame.
+    /// `process` for a translated stream: what the events taken in one call become leaves as
+    /// one frame.
     fn process_translated(&mut self, limit: usize) -> usize {
         let Some(translator) = self.translator.as_mut() else {
             return 0;
@@ -810,6 +809,25 @@ mod tests {
         }
     }
 
+    /// The handler's turn as hyper runs it: the relay starts on ready bytes, its first frame
+    /// is taken and the body is polled again. The first frame's length, what that second poll
+    /// gave, and the relay.
+    fn start_in_one_turn(relay: Relay) -> (usize, Poll<Option<usize>>, Box<Relay>) {
+        crate::turns::within(|| {
+            let mut start = std::pin::pin!(relay.start());
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let Poll::Ready(RelayStart::Stream(mut relay)) = start.as_mut().poll(&mut cx) else {
+                panic!("the relay did not start on ready bytes");
+            };
+            let first = match relay.poll_event(&mut cx) {
+                Poll::Ready(Some(b)) => b.len(),
+                other => panic!("no first frame: {other:?}"),
+            };
+            let again = relay.poll_event(&mut cx).map(|b| b.map(|b| b.len()));
+            (first, again, relay)
+        })
+    }
+
     #[tokio::test]
     async fn a_relay_whose_upstream_is_ahead_gives_way_after_its_share_of_a_turn() {
         let (chunks, total) = stream(200);
@@ -832,20 +850,7 @@ mod tests {
     async fn the_first_frame_leaves_before_the_relay_takes_more() {
         let (chunks, _) = stream(50);
         let read = chunks[0].len();
-        let relay = relay_of(chunks);
-        // The handler's turn: the relay starts, hyper takes its first frame and polls again.
-        let (started, rest) = crate::turns::within(|| {
-            let mut start = std::pin::pin!(relay.start());
-            let mut cx = Context::from_waker(std::task::Waker::noop());
-            let Poll::Ready(RelayStart::Stream(mut relay)) = start.as_mut().poll(&mut cx) else {
-                panic!("the relay did not start on ready bytes");
-            };
-            let first = match relay.poll_event(&mut cx) {
-                Poll::Ready(Some(b)) => b.len(),
-                other => panic!("no first frame: {other:?}"),
-            };
-            (first, relay.poll_event(&mut cx).map(|b| b.map(|b| b.len())))
-        });
+        let (started, rest, _) = start_in_one_turn(relay_of(chunks));
         assert_eq!(started, read / 10, "the first event is the first frame");
         assert_eq!(rest, Poll::Pending, "the relay waits for its next turn");
     }
@@ -857,23 +862,9 @@ mod tests {
         let (chunks, total) = stream(200);
         let event = chunks[0].len() / 10;
         let whole = Bytes::from(chunks.concat());
-        let relay = relay_of(vec![whole]);
+        let (first, again, mut relay) = start_in_one_turn(relay_of(vec![whole]));
+        assert!(again.is_pending(), "it gives way after its first frame");
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let (first, mut relay) = crate::turns::within(|| {
-            let mut start = std::pin::pin!(relay.start());
-            let Poll::Ready(RelayStart::Stream(mut relay)) = start.as_mut().poll(&mut cx) else {
-                panic!("the relay did not start on ready bytes");
-            };
-            let first = match relay.poll_event(&mut cx) {
-                Poll::Ready(Some(b)) => b.len(),
-                other => panic!("no first frame: {other:?}"),
-            };
-            assert!(
-                relay.poll_event(&mut cx).is_pending(),
-                "it gives way after its first frame"
-            );
-            (first, relay)
-        });
         assert_eq!(
             first, event,
             "the first frame waited for no more than its event"

@@ -735,6 +735,21 @@ async fn start_turn(c: &mut VsCode, chat: &str, text: &str, model: &str) -> Stri
     .await
 }
 
+/// A pending message of `kind` (`steering` or `queued`) as VS Code sets it, taken (echoed
+/// without a rejection); its id.
+async fn set_pending(c: &mut VsCode, chat: &str, kind: &str, text: &str) -> String {
+    let id = request_id();
+    let echo = c
+        .dispatch_echo(
+            chat,
+            json!({"type": "chat/pendingMessageSet", "kind": kind, "id": id,
+                "message": {"text": text, "origin": {"kind": "user"}}}),
+        )
+        .await;
+    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    id
+}
+
 /// A turn with `message` as VS Code sends it, taken (echoed without a rejection); its id.
 async fn start_turn_with(c: &mut VsCode, chat: &str, message: Value) -> String {
     let turn = request_id();
@@ -824,16 +839,7 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
     // Steering with VS Code's request id while a turn runs.
     let turn = start_turn(&mut c, &chat, "A long task", &model).await;
     e.fake.wait_message_requests(3, WAIT).await.unwrap();
-    let steer = request_id();
-    let seq = c
-        .dispatch(
-            &chat,
-            json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": steer,
-                "message": {"text": "also update the docs", "origin": {"kind": "user"}}}),
-        )
-        .await;
-    let echo = c.echo(seq).await;
-    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let steer = set_pending(&mut c, &chat, "steering", "also update the docs").await;
     steer_gate.open();
     let end = c.action("the steered turn's end", turn_ended(&turn)).await;
     assert_eq!(end["action"]["type"], "chat/turnComplete");
@@ -871,15 +877,7 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
         .wait_message_requests(before + 1, WAIT)
         .await
         .unwrap();
-    let queued = request_id();
-    let seq = c
-        .dispatch(
-            &chat,
-            json!({"type": "chat/pendingMessageSet", "kind": "queued", "id": queued,
-                "message": {"text": "then the second job", "origin": {"kind": "user"}}}),
-        )
-        .await;
-    assert!(c.echo(seq).await.get("rejectionReason").is_none());
+    let queued = set_pending(&mut c, &chat, "queued", "then the second job").await;
     queue_gate.open();
     c.action("the first job's end", turn_ended(&turn)).await;
     let promoted = c
@@ -928,16 +926,7 @@ async fn a_bash_card_steering_a_queued_message_and_cancels_as_vs_code_sends_them
     // A message typed right after the stop, sent as steering (the real VS Code does when it
     // still shows the cancelled turn running): it runs as a turn of its own, not lost.
     let before = e.fake.message_requests().len();
-    let late = request_id();
-    let seq = c
-        .dispatch(
-            &chat,
-            json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": late,
-                "message": {"text": "after the stop, say done", "origin": {"kind": "user"}}}),
-        )
-        .await;
-    let echo = c.echo(seq).await;
-    assert!(echo.get("rejectionReason").is_none(), "{echo}");
+    let late = set_pending(&mut c, &chat, "steering", "after the stop, say done").await;
     c.action("the steering message taken", |a| {
         a["action"]["type"] == "chat/pendingMessageRemoved"
             && a["action"]["kind"] == "steering"
