@@ -7,7 +7,7 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --locked --profile dist -p claude-host \
+RUN cargo build --locked --profile dist -p claude-host --features full \
  && cp target/dist/claude-host /claude-host
 
 # 2. The pinned Claude Code CLI, installed by claude-host itself (npm is needed only here).

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the distribution binary (`--profile dist`: fat LTO, one codegen unit) and its archive:
+# Builds the distribution binary (`--profile dist`: fat LTO, one codegen unit; every optional
+# part: `--features full`) and its archive:
 #   dist/claude-host-<version>-<target>.tar.gz and .tar.gz.sha256
 # holding the binary, its man page and shell completions, README and licenses; then the npm
 # packages from that archive (scripts/npm-pack.sh). The build is the slow part (several minutes
@@ -30,7 +31,7 @@ if [ -n "${CLAUDE_HOST_RELEASE_BINARY:-}" ]; then
 else
   echo "Building claude-host ${VERSION} for ${TARGET} (profile dist)"
   started=$(date +%s)
-  cargo build --locked --profile dist -p claude-host
+  cargo build --locked --profile dist -p claude-host --features full
   echo "built in $(( $(date +%s) - started )) s"
   BIN="${TARGET_DIR}/dist/claude-host"
 fi

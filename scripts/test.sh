@@ -34,8 +34,12 @@ fi
 
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
-cargo test --workspace --doc 2>&1 | tee -a "$LOG"
-cargo test --workspace --all-targets "$@" 2>&1 | tee -a "$LOG"
+# Every optional part of the binary is tested (README.md, "Teams: PostgreSQL"); the store alone
+# is tested once more without PostgreSQL, as a default source build has it.
+FEATURES=(--features claude-host/full)
+cargo test --workspace --doc "${FEATURES[@]}" 2>&1 | tee -a "$LOG"
+cargo test --workspace --all-targets "${FEATURES[@]}" "$@" 2>&1 | tee -a "$LOG"
+cargo test -p claude-host-store --test all "$@" 2>&1 | tee -a "$LOG"
 # One closing line over every test binary (cargo prints one result line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$LOG"

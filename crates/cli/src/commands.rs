@@ -868,6 +868,7 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
         "Installed Claude Code versions",
         installed_versions(ctx, used.as_deref()),
     );
+    report(true, "Optional parts of this build", optional_parts());
     if ctx.opts.upstream == "copilot" {
         match ctx.github_token() {
             Ok(Some(t)) => report(true, "GitHub credential", t.source.to_string()),
@@ -910,6 +911,25 @@ pub(crate) async fn doctor(ctx: &Context) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Which of the cargo features that a source build leaves out by default this binary has.
+fn optional_parts() -> String {
+    let parts = [
+        ("PostgreSQL", cfg!(feature = "postgres"), "postgres"),
+        ("OTLP metrics export", cfg!(feature = "otlp"), "otlp"),
+    ];
+    parts
+        .iter()
+        .map(|(name, on, feature)| {
+            if *on {
+                format!("{name} yes")
+            } else {
+                format!("{name} no (feature `{feature}`)")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `2.1.329, 2.1.330 (pinned, in use) in DIR`, or that none is installed there.

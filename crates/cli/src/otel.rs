@@ -3,12 +3,17 @@
 //! as for Claude Code, which gets the same variables. The exporter reads the standard
 //! variables itself (endpoint, headers, timeout); `OTEL_METRIC_EXPORT_INTERVAL` sets how often
 //! (default 60 s). `OTEL_METRICS_EXPORTER` without `otlp` in it turns the host's export off.
+//! The exporter is the cargo feature `otlp`; a build without it says so when asked to export.
 
-use opentelemetry::metrics::{Meter, MeterProvider};
+use opentelemetry::metrics::Meter;
+#[cfg(feature = "otlp")]
+use opentelemetry::metrics::MeterProvider;
+#[cfg(feature = "otlp")]
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 /// The meter provider, when metrics are exported; flushed and stopped when dropped.
 pub(crate) struct Metrics {
+    #[cfg(feature = "otlp")]
     provider: Option<SdkMeterProvider>,
 }
 
@@ -19,19 +24,39 @@ impl Metrics {
         let endpoint = set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
             .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"));
         if endpoint.is_none() {
-            return Metrics { provider: None };
+            return Metrics::none();
         }
         if let Some(exporters) = set("OTEL_METRICS_EXPORTER")
             && !exporters.split(',').any(|e| e.trim() == "otlp")
         {
-            return Metrics { provider: None };
+            return Metrics::none();
         }
+        Metrics::exporter(&set)
+    }
+
+    fn none() -> Metrics {
+        Metrics {
+            #[cfg(feature = "otlp")]
+            provider: None,
+        }
+    }
+
+    #[cfg(not(feature = "otlp"))]
+    fn exporter(_: &dyn Fn(&str) -> Option<String>) -> Metrics {
+        tracing::warn!(
+            "this claude-host was built without OTLP export, so the host's own metrics are not exported (Claude Code's are); the release binaries and the npm package have it, or build with `--features otlp`"
+        );
+        Metrics::none()
+    }
+
+    #[cfg(feature = "otlp")]
+    fn exporter(set: &dyn Fn(&str) -> Option<String>) -> Metrics {
         let protocol = set("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
             .or_else(|| set("OTEL_EXPORTER_OTLP_PROTOCOL"))
             .unwrap_or_else(|| "http/protobuf".to_owned());
         if protocol != "http/protobuf" {
             tracing::warn!(%protocol, "the host exports its metrics over OTLP http/protobuf only; set OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf (and its endpoint) for them");
-            return Metrics { provider: None };
+            return Metrics::none();
         }
         let exporter = match opentelemetry_otlp::MetricExporter::builder()
             .with_http()
@@ -40,7 +65,7 @@ impl Metrics {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot export the host's metrics over OTLP");
-                return Metrics { provider: None };
+                return Metrics::none();
             }
         };
         let resource = opentelemetry_sdk::Resource::builder()
@@ -62,10 +87,14 @@ impl Metrics {
 
     /// The meter the proxy and the agent count with, when metrics are exported.
     pub(crate) fn meter(&self) -> Option<Meter> {
-        self.provider.as_ref().map(|p| p.meter("claude-host"))
+        #[cfg(feature = "otlp")]
+        return self.provider.as_ref().map(|p| p.meter("claude-host"));
+        #[cfg(not(feature = "otlp"))]
+        None
     }
 }
 
+#[cfg(feature = "otlp")]
 impl Drop for Metrics {
     fn drop(&mut self) {
         if let Some(p) = self.provider.take()

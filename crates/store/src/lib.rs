@@ -17,9 +17,11 @@
 //! shared database, an import, a host running unleased by choice) goes in only while nobody
 //! holds a live lease on the session.
 
+#[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;
 
+#[cfg(feature = "postgres")]
 pub use postgres::PgStore;
 pub use sqlite::{SqliteOnFirstUse, SqliteStore};
 
@@ -156,6 +158,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 ];
 
 /// PostgreSQL schema migrations, applied in order; the index + 1 is the schema version.
+#[cfg(feature = "postgres")]
 pub(crate) const PG_MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_schema.sql"),
     include_str!("../migrations/postgres/0002_lease_epochs.sql"),
@@ -426,9 +429,16 @@ impl Database {
     /// Opens `url`: `postgres://…` / `postgresql://…`, or `sqlite://PATH` / a plain path.
     pub async fn open(url: &str) -> Result<Database, StoreError> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let store = PgStore::connect(url).await?;
-            let location = redact(url);
-            Ok(Database::from(store, location))
+            #[cfg(feature = "postgres")]
+            {
+                let store = PgStore::connect(url).await?;
+                Ok(Database::from(store, redact(url)))
+            }
+            #[cfg(not(feature = "postgres"))]
+            Err(StoreError::Open {
+                location: redact(url),
+                message: NO_POSTGRES.to_owned(),
+            })
         } else {
             let path = url.strip_prefix("sqlite://").unwrap_or(url);
             let store = SqliteStore::open(std::path::Path::new(path)).await?;
@@ -436,6 +446,11 @@ impl Database {
         }
     }
 }
+
+/// Why a build without the `postgres` feature refuses a PostgreSQL URL.
+#[cfg(not(feature = "postgres"))]
+const NO_POSTGRES: &str = "this claude-host was built without PostgreSQL support; the release \
+     binaries and the npm package have it, or build with `--features postgres`";
 
 /// `url` without its password (for logs and errors).
 pub fn redact(url: &str) -> String {

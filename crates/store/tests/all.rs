@@ -144,3 +144,19 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
     assert!(back.read);
     assert!(!old.read, "unread until marked");
 }
+
+/// A build without PostgreSQL says so for a PostgreSQL URL, without the password and without
+/// touching the network.
+#[cfg(not(feature = "postgres"))]
+#[tokio::test]
+async fn a_build_without_postgres_refuses_its_urls_plainly() {
+    let err = claude_host_store::Database::open("postgres://me:s3cret@127.0.0.1:1/db")
+        .await
+        .err()
+        .unwrap();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
+    assert!(text.contains("built without PostgreSQL support"), "{text}");
+    assert!(text.contains("--features postgres"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+}

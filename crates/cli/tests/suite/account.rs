@@ -191,6 +191,17 @@ async fn a_missing_cli_is_installed_from_npm_then_reused() {
         "{}",
         stdout(&out)
     );
+    // The build's optional parts, as this test binary's features have them.
+    let postgres = if cfg!(feature = "postgres") {
+        "PostgreSQL yes"
+    } else {
+        "PostgreSQL no (feature `postgres`)"
+    };
+    assert!(
+        stdout(&out).contains(&format!("Optional parts of this build: {postgres}")),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

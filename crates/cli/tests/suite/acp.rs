@@ -717,8 +717,8 @@ async fn sessions_started_in_vs_code_are_listed_and_loaded_in_the_editor() {
     let mut c = h.cmd();
     c.env("CLAUDE_HOST_CONNECTION_TOKEN", "acp-test-token");
     let (mut serve, port, _) = super::serve::start(c);
-    let mut ws = super::durable::Ws::connect(port, "acp-test-token").await;
-    let id = super::durable::uuid();
+    let mut ws = super::ws::Ws::connect(port, "acp-test-token").await;
+    let id = super::ws::uuid();
     let session = format!("claude:/{id}");
     let work = claude_host_protocol::uri::file_uri(&h.cwd());
     ws.ok(

@@ -2,6 +2,7 @@
 //! hand. Each "host" is its own HOME and data directory on this machine, sharing a real
 //! PostgreSQL server (a private cluster) and the fake upstream.
 
+use super::ws::{WAIT, Ws};
 use super::*;
 use claude_host_testkit::fake::{Match, Reply, Rule};
 use claude_host_testkit::pg::PgCluster;
@@ -17,45 +18,6 @@ fn always(when: Match, reply: Reply) -> Rule {
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f).await.unwrap()
-}
-
-/// Another machine: its own HOME (so its own `~/.claude`) and data directory.
-pub(crate) struct Machine {
-    pub dir: tempfile::TempDir,
-}
-
-impl Machine {
-    pub fn new() -> Machine {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Machine { dir }
-    }
-
-    /// `h.cmd()` as run on this machine, with the database.
-    pub fn cmd(&self, h: &Host, db: &str) -> Command {
-        let mut c = h.cmd();
-        c.env("HOME", self.dir.path())
-            .env("CLAUDE_HOST_HOME", self.dir.path().join("claude-host-home"))
-            .env("CLAUDE_HOST_DATABASE_URL", db)
-            .current_dir(self.dir.path().join("work"));
-        c
-    }
-
-    pub fn transcripts(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for p in std::fs::read_dir(self.dir.path().join(".claude/projects"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for f in std::fs::read_dir(p.path()).into_iter().flatten().flatten() {
-                if f.path().extension().and_then(|e| e.to_str()) == Some("jsonl") {
-                    out.push(f.path());
-                }
-            }
-        }
-        out
-    }
 }
 
 /// The lines of a transcript the store keeps: all but Claude Code's request-replay cache.
@@ -155,158 +117,6 @@ async fn a_session_run_on_one_host_is_listed_and_resumed_on_another() {
     text.push_str("{\"type\":\"custom-title\",\"customTitle\":\"x\",\"sessionId\":\"s\"}\n");
     std::fs::write(&files_b[0], text).unwrap();
     assert_eq!(behind(&b), 1, "status: one line behind");
-}
-
-/// A VS Code-like AHP client, enough for these tests.
-pub(crate) struct Ws {
-    ws: tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-    client_id: String,
-    next_id: i64,
-    client_seq: i64,
-    actions: Vec<Value>,
-}
-
-const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-impl Ws {
-    pub(crate) async fn connect(port: u16, token: &str) -> Ws {
-        let url = format!("ws://127.0.0.1:{port}/?tkn={token}");
-        let mut w = Ws {
-            ws: tokio_tungstenite::connect_async(url).await.unwrap().0,
-            client_id: uuid(),
-            next_id: 0,
-            client_seq: 0,
-            actions: Vec::new(),
-        };
-        let params = serde_json::json!({"channel": "ahp-root://", "protocolVersions": ["0.9.0"],
-            "clientId": w.client_id, "initialSubscriptions": ["ahp-root://"]});
-        let r = w.request("initialize", params).await;
-        assert!(r.get("error").is_none(), "{r}");
-        w
-    }
-
-    pub(crate) async fn read(&mut self) -> Value {
-        use futures_util::StreamExt;
-        loop {
-            let msg = self
-                .ws
-                .next()
-                .await
-                .expect("the connection is open")
-                .unwrap();
-            let tokio_tungstenite::tungstenite::Message::Text(t) = msg else {
-                continue;
-            };
-            let v: Value = serde_json::from_str(t.as_str()).unwrap();
-            if v["method"] == "action" {
-                self.actions.push(v["params"].clone());
-            }
-            return v;
-        }
-    }
-
-    pub(crate) async fn request(&mut self, method: &str, params: Value) -> Value {
-        use futures_util::SinkExt;
-        self.next_id += 1;
-        let id = self.next_id;
-        let frame =
-            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.ws
-            .send(tokio_tungstenite::tungstenite::Message::Text(
-                frame.to_string().into(),
-            ))
-            .await
-            .unwrap();
-        tokio::time::timeout(WAIT, async {
-            loop {
-                let v = self.read().await;
-                if v["id"] == id && v.get("method").is_none() {
-                    return v;
-                }
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("no answer to {method}"))
-    }
-
-    pub(crate) async fn ok(&mut self, method: &str, params: Value) -> Value {
-        let r = self.request(method, params).await;
-        assert!(r.get("error").is_none(), "{method}: {r}");
-        r["result"].clone()
-    }
-
-    pub(crate) async fn dispatch(&mut self, channel: &str, action: Value) {
-        use futures_util::SinkExt;
-        self.client_seq += 1;
-        let frame = serde_json::json!({"jsonrpc": "2.0", "method": "dispatchAction",
-            "params": {"channel": channel, "clientSeq": self.client_seq, "action": action}});
-        self.ws
-            .send(tokio_tungstenite::tungstenite::Message::Text(
-                frame.to_string().into(),
-            ))
-            .await
-            .unwrap();
-    }
-
-    pub(crate) async fn action(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(a) = self.actions.iter().find(|a| pred(a)) {
-                return a.clone();
-            }
-            if tokio::time::timeout_at(deadline, self.read())
-                .await
-                .is_err()
-            {
-                panic!("no {what}; got {:#?}", self.actions);
-            }
-        }
-    }
-
-    /// Creates a session in `m`'s work folder under a `claude:/` URI VS Code would choose and
-    /// subscribes to it and its chat: (session URI, session id, chat URI).
-    pub(crate) async fn new_session(&mut self, m: &Machine) -> (String, String, String) {
-        let id = uuid();
-        let session = format!("claude:/{id}");
-        let work = claude_host_protocol::uri::file_uri(&m.dir.path().join("work"));
-        self.ok(
-            "createSession",
-            serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
-        )
-        .await;
-        self.ok("subscribe", serde_json::json!({"channel": session}))
-            .await;
-        let chat = claude_host_protocol::uri::default_chat_uri(&session);
-        self.ok("subscribe", serde_json::json!({"channel": chat}))
-            .await;
-        (session, id, chat)
-    }
-
-    /// Starts a turn and returns its id.
-    pub(crate) async fn turn(&mut self, chat: &str, text: &str) -> String {
-        let turn = format!("request_{}", uuid());
-        self.dispatch(
-            chat,
-            serde_json::json!({"type": "chat/turnStarted", "turnId": turn,
-                "startedAt": "2026-05-01T10:01:00.000Z",
-                "message": {"text": text, "origin": {"kind": "user"}}}),
-        )
-        .await;
-        turn
-    }
-
-    pub(crate) async fn turn_end(&mut self, turn: &str) -> Value {
-        self.action("the turn's end", |a| {
-            a["action"]["turnId"] == turn
-                && matches!(
-                    a["action"]["type"].as_str(),
-                    Some("chat/turnComplete" | "chat/turnCancelled" | "chat/error")
-                )
-        })
-        .await
-    }
 }
 
 /// A running `serve`, killed if the test ends first.
@@ -490,10 +300,6 @@ async fn a_host_killed_mid_turn_hands_the_session_over_with_every_entry() {
         assert_eq!(x, y, "entry {i}");
     }
     super::serve::stop(&mut serve_b.0);
-}
-
-pub(crate) fn uuid() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

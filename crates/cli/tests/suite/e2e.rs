@@ -1493,6 +1493,7 @@ impl Collector {
     }
 }
 
+#[cfg(feature = "otlp")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_calls_are_exported_over_otlp_and_status_shows_todays_usage() {
     let h = Host::new().await;

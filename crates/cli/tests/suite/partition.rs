@@ -3,8 +3,8 @@
 //! takes the session over with its whole history; nothing the cut-off host wrote after losing
 //! its lease reaches the store, even when its link comes back and delivers what it held.
 
-use super::durable::{Machine, Ws, uuid};
 use super::relay::{Mode, Relay};
+use super::ws::{Ws, uuid};
 use super::*;
 use claude_host_testkit::fake::{FakeConfig, FakeUpstream, Match, Reply, Rule};
 use claude_host_testkit::pg::PgCluster;

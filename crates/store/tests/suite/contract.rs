@@ -11,9 +11,14 @@ async fn backends() -> (tempfile::TempDir, Vec<(&'static str, Database)>) {
     let sqlite = Database::open(dir.path().join("s.sqlite").to_str().unwrap())
         .await
         .unwrap();
-    let url = PgCluster::shared().create_database().unwrap();
-    let pg = Database::open(&url).await.unwrap();
-    (dir, vec![("sqlite", sqlite), ("postgres", pg)])
+    #[cfg(feature = "postgres")]
+    {
+        let url = PgCluster::shared().create_database().unwrap();
+        let pg = Database::open(&url).await.unwrap();
+        (dir, vec![("sqlite", sqlite), ("postgres", pg)])
+    }
+    #[cfg(not(feature = "postgres"))]
+    (dir, vec![("sqlite", sqlite)])
 }
 
 fn line(uuid: &str, text: &str) -> String {

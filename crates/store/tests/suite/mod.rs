@@ -1,2 +1,3 @@
 mod contract;
+#[cfg(feature = "postgres")]
 mod postgres;
