@@ -5,5 +5,6 @@
 # locally, in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p claude-host-bench --bin store-bench
+# The PostgreSQL store is a feature (docs/ARCHITECTURE.md, "Cargo features").
+cargo build --release -p claude-host-bench --bin store-bench --features claude-host-store/postgres
 exec ./target/release/store-bench "${1:-3}"
