@@ -197,8 +197,15 @@ async fn a_missing_cli_is_installed_from_npm_then_reused() {
     } else {
         "PostgreSQL no (feature `postgres`)"
     };
+    let otlp = if cfg!(feature = "otlp") {
+        "OTLP metrics export yes"
+    } else {
+        "OTLP metrics export no (feature `otlp`)"
+    };
     assert!(
-        stdout(&out).contains(&format!("Optional parts of this build: {postgres}")),
+        stdout(&out).contains(&format!(
+            "Optional parts of this build: {postgres}, {otlp}\n"
+        )),
         "{}",
         stdout(&out)
     );

@@ -20,6 +20,45 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.unwrap()
 }
 
+/// Another machine: its own HOME (so its own `~/.claude`) and data directory.
+pub(crate) struct Machine {
+    pub dir: tempfile::TempDir,
+}
+
+impl Machine {
+    pub fn new() -> Machine {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("work")).unwrap();
+        Machine { dir }
+    }
+
+    /// `h.cmd()` as run on this machine, with the database.
+    pub fn cmd(&self, h: &Host, db: &str) -> Command {
+        let mut c = h.cmd();
+        c.env("HOME", self.dir.path())
+            .env("CLAUDE_HOST_HOME", self.dir.path().join("claude-host-home"))
+            .env("CLAUDE_HOST_DATABASE_URL", db)
+            .current_dir(self.dir.path().join("work"));
+        c
+    }
+
+    pub fn transcripts(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for p in std::fs::read_dir(self.dir.path().join(".claude/projects"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for f in std::fs::read_dir(p.path()).into_iter().flatten().flatten() {
+                if f.path().extension().and_then(|e| e.to_str()) == Some("jsonl") {
+                    out.push(f.path());
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The lines of a transcript the store keeps: all but Claude Code's request-replay cache.
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path)

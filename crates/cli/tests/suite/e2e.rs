@@ -1415,6 +1415,7 @@ async fn a_host_killed_with_sigkill_leaves_no_tool_process_running() {
     .await;
 }
 
+#[cfg(feature = "otlp")]
 /// A stand-in OTLP/HTTP collector on loopback: it answers 200 to every request and keeps
 /// each one's path, content type and body.
 struct Collector {
@@ -1423,8 +1424,10 @@ struct Collector {
 }
 
 /// A request the collector received: path, content type and body.
+#[cfg(feature = "otlp")]
 type Exported = (String, String, Vec<u8>);
 
+#[cfg(feature = "otlp")]
 impl Collector {
     async fn start() -> Collector {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -11,6 +11,7 @@ mod long_sessions;
 mod models;
 #[cfg(feature = "postgres")]
 mod partition;
+#[cfg(feature = "postgres")]
 mod relay;
 mod serve;
 mod ws;
@@ -99,44 +100,5 @@ pub(crate) async fn until(what: &str, mut f: impl FnMut() -> bool) {
             "timed out waiting: {what}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
-/// Another machine: its own HOME (so its own `~/.claude`) and data directory.
-pub(crate) struct Machine {
-    pub dir: tempfile::TempDir,
-}
-
-impl Machine {
-    pub fn new() -> Machine {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("work")).unwrap();
-        Machine { dir }
-    }
-
-    /// `h.cmd()` as run on this machine, with the database.
-    pub fn cmd(&self, h: &Host, db: &str) -> Command {
-        let mut c = h.cmd();
-        c.env("HOME", self.dir.path())
-            .env("CLAUDE_HOST_HOME", self.dir.path().join("claude-host-home"))
-            .env("CLAUDE_HOST_DATABASE_URL", db)
-            .current_dir(self.dir.path().join("work"));
-        c
-    }
-
-    pub fn transcripts(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for p in std::fs::read_dir(self.dir.path().join(".claude/projects"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for f in std::fs::read_dir(p.path()).into_iter().flatten().flatten() {
-                if f.path().extension().and_then(|e| e.to_str()) == Some("jsonl") {
-                    out.push(f.path());
-                }
-            }
-        }
-        out
     }
 }

@@ -3,6 +3,7 @@
 //! takes the session over with its whole history; nothing the cut-off host wrote after losing
 //! its lease reaches the store, even when its link comes back and delivers what it held.
 
+use super::durable::Machine;
 use super::relay::{Mode, Relay};
 use super::ws::{Ws, uuid};
 use super::*;

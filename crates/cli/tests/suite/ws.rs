@@ -1,7 +1,6 @@
 //! A VS Code-like AHP client over a real WebSocket, enough for the tests that drive `serve`
 //! from outside (durable sessions, partitions, the ACP bridge).
 
-use super::Machine;
 use serde_json::Value;
 
 /// A VS Code-like AHP client, enough for these tests.
@@ -112,25 +111,6 @@ impl Ws {
         }
     }
 
-    /// Creates a session in `m`'s work folder under a `claude:/` URI VS Code would choose and
-    /// subscribes to it and its chat: (session URI, session id, chat URI).
-    pub(crate) async fn new_session(&mut self, m: &Machine) -> (String, String, String) {
-        let id = uuid();
-        let session = format!("claude:/{id}");
-        let work = claude_host_protocol::uri::file_uri(&m.dir.path().join("work"));
-        self.ok(
-            "createSession",
-            serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
-        )
-        .await;
-        self.ok("subscribe", serde_json::json!({"channel": session}))
-            .await;
-        let chat = claude_host_protocol::uri::default_chat_uri(&session);
-        self.ok("subscribe", serde_json::json!({"channel": chat}))
-            .await;
-        (session, id, chat)
-    }
-
     /// Starts a turn and returns its id.
     pub(crate) async fn turn(&mut self, chat: &str, text: &str) -> String {
         let turn = format!("request_{}", uuid());
@@ -153,6 +133,32 @@ impl Ws {
                 )
         })
         .await
+    }
+}
+
+/// What only the PostgreSQL tests use: sessions on another "machine".
+#[cfg(feature = "postgres")]
+impl Ws {
+    /// Creates a session in `m`'s work folder under a `claude:/` URI VS Code would choose and
+    /// subscribes to it and its chat: (session URI, session id, chat URI).
+    pub(crate) async fn new_session(
+        &mut self,
+        m: &super::durable::Machine,
+    ) -> (String, String, String) {
+        let id = uuid();
+        let session = format!("claude:/{id}");
+        let work = claude_host_protocol::uri::file_uri(&m.dir.path().join("work"));
+        self.ok(
+            "createSession",
+            serde_json::json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
+        )
+        .await;
+        self.ok("subscribe", serde_json::json!({"channel": session}))
+            .await;
+        let chat = claude_host_protocol::uri::default_chat_uri(&session);
+        self.ok("subscribe", serde_json::json!({"channel": chat}))
+            .await;
+        (session, id, chat)
     }
 }
 
