@@ -159,7 +159,7 @@ export class Host {
       CLAUDE_HOST_CLAUDE_PATH: paths.cli(),
       CLAUDE_HOST_CONNECTION_TOKEN: this.token,
       // Each AHP request is logged (method, channel): what VS Code asked, in order.
-      CLAUDE_HOST_LOG: process.env.E2E_HOST_LOG ?? 'info,claude_host_ahp::server=debug',
+      CLAUDE_HOST_LOG: process.env.E2E_HOST_LOG ?? 'info,claude_host_ahp::server=debug,claude_host_agent::session=debug',
     };
     // The credential `claude-host login` would store; the fake accepts this token.
     if (this.signedIn) env.GH_TOKEN = 'gho_fake_github_token';
@@ -385,6 +385,21 @@ export class Rig {
     await this.host?.stop();
     await this.fake?.stop();
     for (const [k, v] of Object.entries(this.logs)) writeFileSync(join(this.out, `${k}.log`), v.join(''));
+    if (!passed && this.host) console.error(`vscode-e2e: VS Code started the chat by ${this.newChatFlow()}`);
     if (passed) rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /**
+   * Which of VS Code's two ways of starting a new chat this run took (docs/AHP.md, "Two ways
+   * VS Code starts a new chat"), read from the host's request log.
+   */
+  newChatFlow() {
+    const log = (this.logs.host ?? []).join('');
+    const subscribe = log.search(/method=subscribe channel=claude:/);
+    const create = log.search(/method=createSession/);
+    if (create < 0) return 'no createSession at all';
+    return subscribe >= 0 && subscribe < create
+      ? 'materializing the untitled chat (a subscribe before createSession)'
+      : 'createSession when Claude was picked';
   }
 }

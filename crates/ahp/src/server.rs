@@ -8,6 +8,7 @@ use crate::host::{Host, Target};
 use crate::resources;
 use crate::root::ROOT;
 use crate::rpc::{RpcError, code};
+use ahp_types::commands::{ReconnectResult, ReconnectSnapshotResult, SubscribeResult};
 use ahp_types::state::Snapshot;
 use claude_host_agent::{Published, SessionHandle, SessionSnapshot, SessionSubscription, trace};
 use claude_host_protocol::log_safe::Safe;
@@ -231,11 +232,44 @@ impl Conn {
     }
 
     fn respond(&self, id: &Value, result: Result<Value, RpcError>) {
-        let msg = match result {
-            Ok(r) => json!({"jsonrpc": "2.0", "id": id, "result": r}),
-            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()}),
+        match result {
+            Ok(r) => self.respond_ok(id, &r),
+            Err(e) => {
+                let msg = json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()});
+                self.send(msg.to_string().into());
+            }
+        }
+    }
+
+    /// Answers with a typed result, written straight to text: a long chat's snapshot would
+    /// otherwise become a `Value` tree several times its size first.
+    fn respond_ok<T: serde::Serialize>(&self, id: &Value, result: &T) {
+        #[derive(serde::Serialize)]
+        struct Success<'a, T> {
+            jsonrpc: &'static str,
+            id: &'a Value,
+            result: &'a T,
+        }
+        let msg = Success {
+            jsonrpc: "2.0",
+            id,
+            result,
         };
-        self.send(msg.to_string().into());
+        match serde_json::to_string(&msg) {
+            Ok(text) => {
+                self.send(text.into());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a result could not be written as JSON");
+                self.respond(
+                    id,
+                    Err(RpcError::new(
+                        code::INTERNAL_ERROR,
+                        format!("the result could not be written: {e}"),
+                    )),
+                );
+            }
+        }
     }
 
     fn client_id(&self) -> String {
@@ -788,7 +822,7 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
     }
     result.snapshots = snapshots;
     conn.initialized.store(true, Ordering::SeqCst);
-    conn.respond(id, Ok(json!(result)));
+    conn.respond_ok(id, &result);
     // Tell the client up front that sessions need a GitHub sign-in.
     if !host.agent().is_authenticated() {
         for resource in host.agent().protected_resources() {
@@ -815,7 +849,12 @@ async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
             // The old stream has stopped before the new snapshot is taken.
             conn.stop_root().await;
             let (snapshot, rx) = host.root_subscribe();
-            conn.respond(id, Ok(json!({ "snapshot": snapshot })));
+            conn.respond_ok(
+                id,
+                &SubscribeResult {
+                    snapshot: Some(snapshot),
+                },
+            );
             conn.forward_root_notifications(host.notifications());
             conn.forward_root(rx);
         }
@@ -862,7 +901,10 @@ async fn reconnect(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
         return;
     }
     let (snapshots, _, opening) = open_channels(host, &p.subscriptions).await;
-    conn.respond(id, Ok(json!({"type": "snapshot", "snapshots": snapshots})));
+    conn.respond_ok(
+        id,
+        &ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots }),
+    );
     opening.start(host, conn);
 }
 

@@ -210,6 +210,18 @@ struct Shared {
     ended: Arc<OnceLock<Ended>>,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The last handle of an ended session holds its last snapshot and replay ring (a long
+        // session's are megabytes); the task's own trim ran before they were freed.
+        let ended = Arc::get_mut(&mut self.ended).and_then(OnceLock::take);
+        if ended.is_some() {
+            drop(ended);
+            task::give_back_freed_memory();
+        }
+    }
+}
+
 /// What a session leaves behind when it ends, for subscribers still catching up.
 struct Ended {
     snapshot: SessionSnapshot,

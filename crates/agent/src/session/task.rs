@@ -679,7 +679,7 @@ pub(crate) fn spawn(spec: SessionSpec) -> SessionHandle {
 /// freed (a long one's turns are megabytes) in its arenas, so the host's RSS would stay at
 /// its peak after the session is gone; `malloc_trim` releases the free pages of every arena.
 #[allow(unsafe_code)]
-fn give_back_freed_memory() {
+pub(super) fn give_back_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks the allocator's own free lists, under its own locks; it
     // is safe to call from any thread at any time.

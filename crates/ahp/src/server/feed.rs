@@ -8,8 +8,9 @@ use super::{Conn, lock};
 use crate::host::Host;
 use crate::rpc::{RpcError, code};
 use ahp_types::actions::StateAction;
+use ahp_types::commands::SubscribeResult;
 use claude_host_agent::{ChannelKind, SessionEvent, SessionHandle, SessionSubscription, trace};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -199,7 +200,12 @@ async fn subscribe(
             match Host::snapshot_of(&uri, &kind, s) {
                 Some(snapshot) => {
                     from.insert(uri.clone(), seq);
-                    conn.respond(id, Ok(json!({ "snapshot": snapshot })));
+                    conn.respond_ok(
+                        id,
+                        &SubscribeResult {
+                            snapshot: Some(snapshot),
+                        },
+                    );
                 }
                 None => conn.respond(
                     id,

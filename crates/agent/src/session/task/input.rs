@@ -24,6 +24,7 @@ impl Task {
         }
         let id = request.tool_use_id.clone();
         let tool = request.tool_name.clone();
+        tracing::debug!(session = %self.id, %tool, call = %id, "the CLI asks to use a tool");
         // A subagent's tool call is asked about in its chat.
         let (kind, turn_id) = match self.subagent_asking(&id, &tool) {
             Some(call) => (ChannelKind::Subagent(call.clone()), call),
