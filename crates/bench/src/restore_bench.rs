@@ -198,6 +198,7 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
     let c = common::ahp_client(&url, "restore-bench", ClientConfig::default()).await?;
     c.ping().await?;
     let idle_kib = common::rss_kib(pid);
+    keep_smaps(pid, "idle");
     let session = format!("claude:/{}", f.generated.session_id);
     let start = Instant::now();
     let s: Value = c
@@ -229,6 +230,7 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
     // `--restored-idle-secs` refuses to start: see `bench-restore.sh`).
     tokio::time::sleep(Duration::from_secs(4)).await;
     let closed_kib = common::rss_kib(pid);
+    keep_smaps(pid, "closed");
     let _ = child.kill();
     let _ = child.wait();
     Ok(Open {
@@ -240,6 +242,17 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
         left_kib,
         closed_kib,
     })
+}
+
+/// With `RESTORE_BENCH_SMAPS=DIR`, keeps serve's `/proc/<pid>/smaps` at `moment` in DIR: which
+/// mappings (heap, arenas, thread stacks, files) hold what is left after a session closed.
+fn keep_smaps(pid: u32, moment: &str) {
+    if let Some(dir) = std::env::var_os("RESTORE_BENCH_SMAPS") {
+        let to = PathBuf::from(dir).join(format!("serve-{pid}-{moment}.smaps"));
+        if let Err(e) = std::fs::copy(format!("/proc/{pid}/smaps"), &to) {
+            eprintln!("restore-bench: cannot keep {}: {e}", to.display());
+        }
+    }
 }
 
 /// ACP `session/load`: (wall time to the answer, agent's peak RSS in KiB, updates before it).
