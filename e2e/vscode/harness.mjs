@@ -207,6 +207,17 @@ export class Host {
   async transcript(id) {
     return (await this.json('sessions', 'show', id)).entries;
   }
+
+  /** The tool results in the transcript of the host's one session, once it has one. */
+  async toolResults() {
+    const [session] = await waitFor(async () => {
+      const s = await this.sessions();
+      return s.length === 1 && s;
+    }, 'the session');
+    return (await this.transcript(session.id))
+      .flatMap((e) => (Array.isArray(e.message?.content) ? e.message.content : []))
+      .filter((b) => b.type === 'tool_result');
+  }
 }
 
 /** code-server (VS Code 1.139.1's workbench) whose agent-host bridge points at `host`. */

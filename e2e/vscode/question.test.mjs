@@ -3,7 +3,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Rig, waitFor } from './harness.mjs';
+import { Rig } from './harness.mjs';
 import { chat, connected, pickClaude, send, shows } from './workbench.mjs';
 
 test('a question answered in VS Code', async (t) => {
@@ -41,14 +41,7 @@ test('a question answered in VS Code', async (t) => {
     });
     await rig.step('Claude goes on', () => shows(page, 'Going with your choice.'));
     await rig.step('the answer is the tool result in the transcript', async () => {
-      const [session] = await waitFor(async () => {
-        const s = await rig.host.sessions();
-        return s.length === 1 && s;
-      }, 'the session');
-      const results = (await rig.host.transcript(session.id))
-        .flatMap((e) => (Array.isArray(e.message?.content) ? e.message.content : []))
-        .filter((b) => b.type === 'tool_result');
-      const text = JSON.stringify(results);
+      const text = JSON.stringify(await rig.host.toolResults());
       assert.ok(text.includes('SQLite'), text);
       assert.ok(!text.includes('"Postgres"'), text);
     });
