@@ -92,8 +92,8 @@ say "running (at most ${limit}s)"
 cd "$root/e2e/vscode"
 start=$(date +%s)
 status=0
-# CLAUDE_HOST_E2E_SKIP: scenario files left out, by name, each said aloud (CI leaves out the
-# ones failing for a known, open reason; docs/AHP.md, "The real VS Code").
+# CLAUDE_HOST_E2E_SKIP: scenario files left out, by name, each said aloud (for one failing for
+# a known, open reason while it is worked on; CI leaves out none).
 files=()
 for f in ./*.test.mjs; do
   case " ${CLAUDE_HOST_E2E_SKIP:-} " in

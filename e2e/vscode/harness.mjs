@@ -401,8 +401,8 @@ export class Rig {
   }
 
   /**
-   * Which of VS Code's two ways of starting a new chat this run took (docs/AHP.md, "Two ways
-   * VS Code starts a new chat"), read from the host's request log.
+   * Which of VS Code's two ways of starting a new chat this run took (docs/AHP.md, "A turn
+   * sent with its chat's subscribe"), read from the host's request log.
    */
   newChatFlow() {
     const log = (this.logs.host ?? []).join('');
@@ -410,7 +410,7 @@ export class Rig {
     const create = log.search(/method=createSession/);
     if (create < 0) return 'no createSession at all';
     return subscribe >= 0 && subscribe < create
-      ? 'materializing the untitled chat (a subscribe before createSession)'
+      ? 'createSession with the first message (a subscribe to the session before it)'
       : 'createSession when Claude was picked';
   }
 }

@@ -3,6 +3,7 @@
 //! queue per connection so a slow reader never stalls anyone else.
 
 mod feed;
+mod order;
 
 use crate::host::{Host, Target};
 use crate::resources;
@@ -190,8 +191,9 @@ fn refuse(status: u16, why: &str) -> ErrorResponse {
 struct Conn {
     out: mpsc::Sender<Arc<str>>,
     /// Dispatched actions, carried out one after another off the read loop (a session may
-    /// take a while to answer; the client's other requests must not wait for it).
-    dispatches: mpsc::UnboundedSender<Value>,
+    /// take a while to answer; the client's other requests must not wait for it), and the
+    /// subscribes they must not overtake (`order`).
+    dispatches: mpsc::UnboundedSender<order::Inbound>,
     // Set once by `initialize`/`reconnect`, read by each dispatch: a plain cell beats a task.
     client_id: Mutex<Option<String>>,
     initialized: AtomicBool,
@@ -454,7 +456,7 @@ async fn connection(
     let (mut sink, mut incoming) = ws.split();
     let (out, mut out_rx) = mpsc::channel::<Arc<str>>(config.outbound_queue.max(16));
     let (closing, mut closing_rx) = watch::channel(false);
-    let (dispatches, mut dispatch_rx) = mpsc::unbounded_channel::<Value>();
+    let (dispatches, mut dispatch_rx) = mpsc::unbounded_channel::<order::Inbound>();
     let conn = Arc::new(Conn {
         out,
         dispatches,
@@ -472,9 +474,16 @@ async fn connection(
     let dispatcher = {
         let (host, conn) = (host.clone(), conn.clone());
         tokio::spawn(async move {
-            while let Some(params) = dispatch_rx.recv().await {
-                host.dispatch(&conn.client_id(), &params, Some(conn.clone()))
-                    .await;
+            let mut subscribes = order::Barriers::default();
+            while let Some(next) = dispatch_rx.recv().await {
+                match next {
+                    order::Inbound::Subscribe { channel, taken } => subscribes.push(channel, taken),
+                    order::Inbound::Action(params) => {
+                        subscribes.before(&params).await;
+                        host.dispatch(&conn.client_id(), &params, Some(conn.clone()))
+                            .await;
+                    }
+                }
             }
         })
     };
@@ -681,7 +690,7 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
                         mark_turn_started(&params);
                     }
                     // Never awaited here: the read loop goes on at once.
-                    let _ = conn.dispatches.send(params);
+                    let _ = conn.dispatches.send(order::Inbound::Action(params));
                 }
                 "unsubscribe" => {
                     if let Some(uri) = params.get("channel").and_then(Value::as_str) {
@@ -719,20 +728,32 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
                 "request");
             // Handshake messages run in order before anything else is read.
             if matches!(method, "initialize" | "reconnect") {
-                request(host, conn, &id, method, params).await;
+                request(host, conn, &id, method, params, None).await;
                 drop(permit);
                 return;
             }
             if method == "createSession" {
                 host.announce_create(&params);
             }
+            // Actions this client sends after a subscribe wait for its snapshot (`order`).
+            let snapshot_taken = (method == "subscribe").then(|| {
+                let (taken, rx) = oneshot::channel();
+                let channel = params.get("channel").and_then(Value::as_str).unwrap_or("");
+                let _ = conn.dispatches.send(order::Inbound::Subscribe {
+                    channel: order::Channel::of(channel),
+                    taken: rx,
+                });
+                taken
+            });
             let (host, conn, method) = (host.clone(), conn.clone(), method.to_owned());
             tokio::spawn(async move {
                 // A failure inside a handler still gets an answer, so the client never waits
                 // on a request that died.
                 let handler = {
                     let (conn, id, method) = (conn.clone(), id.clone(), method.clone());
-                    tokio::spawn(async move { request(&host, &conn, &id, &method, params).await })
+                    tokio::spawn(async move {
+                        request(&host, &conn, &id, &method, params, snapshot_taken).await
+                    })
                 };
                 if let Err(e) = handler.await
                     && e.is_panic()
@@ -752,12 +773,20 @@ async fn handle_text(host: &Arc<Host>, conn: &Arc<Conn>, text: &str) {
     }
 }
 
-async fn request(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, method: &str, params: Value) {
+/// Answers request `id`; a subscribe signals `snapshot_taken` once its snapshot is taken.
+async fn request(
+    host: &Arc<Host>,
+    conn: &Arc<Conn>,
+    id: &Value,
+    method: &str,
+    params: Value,
+    snapshot_taken: Option<oneshot::Sender<()>>,
+) {
     let result = match method {
         "ping" => Ok(Value::Null),
         "initialize" => return initialize(host, conn, id, &params).await,
         "reconnect" => return reconnect(host, conn, id, &params).await,
-        "subscribe" => return subscribe(host, conn, id, &params).await,
+        "subscribe" => return subscribe(host, conn, id, &params, snapshot_taken).await,
         "createSession" => {
             let files: Arc<dyn claude_host_agent::customizations::sync::ClientFiles> = conn.clone();
             host.create_session(&params, Some((conn.client_id(), files)))
@@ -834,7 +863,13 @@ async fn initialize(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Val
     opening.start(host, conn);
 }
 
-async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Value) {
+async fn subscribe(
+    host: &Arc<Host>,
+    conn: &Arc<Conn>,
+    id: &Value,
+    params: &Value,
+    snapshot_taken: Option<oneshot::Sender<()>>,
+) {
     let Some(uri) = params.get("channel").and_then(Value::as_str) else {
         return conn.respond(id, Err(RpcError::invalid_params("missing `channel`")));
     };
@@ -843,12 +878,13 @@ async fn subscribe(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
         Ok(Target::Session(handle, kind)) => {
             // Its first `@` completion is answered from an index built meanwhile.
             host.warm_file_index(&handle);
-            conn.subscribe_in_feed(handle, uri, kind, id)
+            conn.subscribe_in_feed(handle, uri, kind, id, snapshot_taken)
         }
         Ok(Target::Root) => {
             // The old stream has stopped before the new snapshot is taken.
             conn.stop_root().await;
             let (snapshot, rx) = host.root_subscribe();
+            drop(snapshot_taken);
             conn.respond_ok(
                 id,
                 &SubscribeResult {

@@ -13,7 +13,7 @@ use claude_host_agent::{ChannelKind, SessionEvent, SessionHandle, SessionSubscri
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// What a feed is asked to do.
 pub(super) enum FeedCmd {
@@ -22,6 +22,8 @@ pub(super) enum FeedCmd {
         uri: String,
         kind: ChannelKind,
         id: Value,
+        /// Dropped once the snapshot is taken (`order`).
+        taken: Option<oneshot::Sender<()>>,
     },
     /// Stop forwarding a channel.
     Unsubscribe(String),
@@ -59,6 +61,7 @@ impl Conn {
         uri: &str,
         kind: ChannelKind,
         id: &Value,
+        taken: Option<oneshot::Sender<()>>,
     ) {
         // Looked up and, if need be, started under one hold of the lock: two subscriptions
         // racing must share one feed, not replace each other's.
@@ -84,6 +87,7 @@ impl Conn {
             uri: uri.to_owned(),
             kind,
             id: id.clone(),
+            taken,
         };
         if let Err(mpsc::error::SendError(FeedCmd::Subscribe { id, .. })) = tx.send(cmd) {
             self.respond(
@@ -119,8 +123,10 @@ async fn run(
             biased;
             cmd = cmds.recv() => {
                 let emptied = match cmd {
-                    Some(FeedCmd::Subscribe { uri, kind, id }) => {
+                    Some(FeedCmd::Subscribe { uri, kind, id, taken }) => {
                         subscribe(&conn, &handle, &mut sub, &mut from, uri, kind, &id).await;
+                        // Actions the client sent behind this subscribe may go on now.
+                        drop(taken);
                         from.is_empty()
                     }
                     Some(FeedCmd::Unsubscribe(uri)) => {

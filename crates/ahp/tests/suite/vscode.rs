@@ -1263,6 +1263,70 @@ async fn subscribes_sent_with_their_create_session_wait_for_it() {
     }
 }
 
+/// VS Code 1.139.1, when it creates the session with the first message, subscribes to the chat
+/// and dispatches the turn in the same instant, without waiting for the snapshot. The host must
+/// take them in that order: the snapshot before the turn, then the turn's echo. An echo folded
+/// into the snapshot instead leaves VS Code's optimistic turn unconfirmed for good; it re-applies
+/// it over every later state, so no confirmation or question is ever shown, and after a stop the
+/// turn comes back as one "the server started".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_dispatched_with_its_chats_subscribe_is_echoed_after_the_snapshot() {
+    let e = env().await;
+    answer_always(&e, "Hello from Claude.");
+    let (mut c, _) = vs_code(&e, &uuid::Uuid::new_v4().to_string()).await;
+    let model = a_model(&mut c).await;
+    let work = claude_host_protocol::uri::file_uri(&e.work());
+    for round in 0..8 {
+        let session = format!("claude:/{}", uuid::Uuid::new_v4());
+        let chat = claude_host_protocol::uri::default_chat_uri(&session);
+        c.ok(
+            "createSession",
+            json!({"channel": session, "provider": "claude", "workingDirectories": [work]}),
+        )
+        .await;
+        c.ok("subscribe", json!({"channel": session})).await;
+        // The chat's subscribe and the turn in one write, as VS Code sends them back to back.
+        let id = 5000 + round;
+        let turn = request_id();
+        c.client_seq += 1;
+        let seq = c.client_seq;
+        for frame in [
+            json!({"jsonrpc": "2.0", "id": id, "method": "subscribe",
+                "params": {"channel": chat}}),
+            json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {
+                "channel": chat, "clientSeq": seq, "action": {
+                    "type": "chat/turnStarted", "turnId": turn,
+                    "startedAt": "2026-05-01T10:01:00.000Z",
+                    "message": user_message("Say hello", &model)}}}),
+        ] {
+            c.ws.feed(Message::Text(frame.to_string().into()))
+                .await
+                .unwrap();
+        }
+        c.ws.flush().await.unwrap();
+        let answer = loop {
+            let v = c.read().await;
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                break v;
+            }
+        };
+        let snapshot = &answer["result"]["snapshot"];
+        assert_eq!(snapshot["resource"], chat.as_str(), "{answer}");
+        assert!(
+            snapshot["state"]["activeTurn"].is_null(),
+            "round {round}: the snapshot was taken before the turn: {snapshot}"
+        );
+        let echo = c.echo(seq).await;
+        assert!(echo.get("rejectionReason").is_none(), "{echo}");
+        assert!(
+            echo["serverSeq"].as_u64() > snapshot["fromSeq"].as_u64(),
+            "round {round}: the echo comes after the snapshot: {echo} / {}",
+            snapshot["fromSeq"]
+        );
+        c.action("the turn's end", turn_ended(&turn)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_prompts_with_tools_and_a_subagent_are_three_premium_requests() {
     let e = env().await;
