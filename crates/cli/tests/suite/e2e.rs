@@ -1415,9 +1415,9 @@ async fn a_host_killed_with_sigkill_leaves_no_tool_process_running() {
     .await;
 }
 
-#[cfg(feature = "otlp")]
 /// A stand-in OTLP/HTTP collector on loopback: it answers 200 to every request and keeps
 /// each one's path, content type and body.
+#[cfg(feature = "otlp")]
 struct Collector {
     url: String,
     got: std::sync::Arc<std::sync::Mutex<Vec<Exported>>>,
