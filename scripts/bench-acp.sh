@@ -3,6 +3,12 @@
 # @zed-industries/claude-agent-acp (installed here from npm), same client, CLI and fake upstream.
 #
 #   scripts/bench-acp.sh [ROUNDS]
+#
+# The peer and the bare CLI reach the fake through `claude-host proxy` in a process of its own.
+# Knobs for comparisons (docs/BENCHMARKS.md): BENCH_ACP_PROXY=in-process (that proxy inside the
+# benchmark instead), BENCH_ACP_SAME_TOOLS=1 (claude-host without AskUserQuestion, as the peer),
+# BENCH_BARE_EXTRAS=session-id,no-websearch,models,compact-window (the bare CLI given what
+# claude-host adds to its CLIs), BENCH_AGENT_LOG=<filter> (each agent's log kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEER_VERSION=0.23.1

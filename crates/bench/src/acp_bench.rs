@@ -15,8 +15,12 @@
 //! and the fake's receipt of the model request; the peer's and the bare CLI's paths are split
 //! at the fake only.
 //!
-//! The peer reaches the fake through a claude-host proxy in this process (it cannot sign in
-//! to Copilot itself), so the proxy's memory and CPU count against claude-host only.
+//! The peer and the bare CLI reach the fake through `claude-host proxy` in a process of its
+//! own (they cannot sign in to Copilot themselves), as a user of either would run it; so the
+//! proxy's memory and CPU count against claude-host only, and every side's model call makes
+//! the same hops: CLI → a proxy process → the fake. With `BENCH_ACP_PROXY=in-process` the
+//! proxy runs in this process instead, beside the fake, as it did before 2026-11-29: that
+//! spares the peer and the bare CLI one process wake-up per leg, which claude-host's CLI pays.
 //!
 //! Usage: `acp-bench PEER_ENTRY [ROUNDS]`, normally through `scripts/bench-acp.sh`.
 
@@ -103,6 +107,9 @@ struct Figures {
     typed_first_chunk_ms: f64,
     warm_first_chunk_ms: f64,
     rss_per_session_kib: u64,
+    /// The typed first prompt's model request as the fake received it: body bytes, tools.
+    request_bytes: usize,
+    request_tools: Vec<String>,
     /// The typed first prompt's path (one) and the later prompts' (`LATER`).
     first_path: Vec<common::Chain>,
     later_paths: Vec<common::Chain>,
@@ -141,6 +148,17 @@ fn spawn(env: &Env, side: Side, round: usize) -> anyhow::Result<tokio::process::
     let home = env.dir.join(format!("{side:?}-{round}"));
     let work = home.join("work");
     std::fs::create_dir_all(&work)?;
+    if side == Side::Ours && std::env::var_os("BENCH_ACP_SAME_TOOLS").is_some() {
+        // The peer turns AskUserQuestion off (it has no way to ask); claude-host asks the
+        // editor. A blanket deny rule in the user's settings takes the tool out of the
+        // model's list, so both sides send the same tools.
+        let settings = home.join(".claude");
+        std::fs::create_dir_all(&settings)?;
+        std::fs::write(
+            settings.join("settings.json"),
+            r#"{"permissions":{"deny":["AskUserQuestion"]}}"#,
+        )?;
+    }
     let mut c = match side {
         Side::Ours => {
             let mut c = tokio::process::Command::new(&env.ours);
@@ -213,6 +231,18 @@ fn prompt(session: &agent_client_protocol::v1::schema::SessionId, text: &str) ->
         session.clone(),
         vec![ContentBlock::Text(TextContent::new(text))],
     )
+}
+
+/// The names of the tools a model request offers.
+fn tool_names(r: &CapturedRequest) -> Vec<String> {
+    r.json()["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// When the fake received the model request that carries `text`, sent after `after`.
@@ -342,6 +372,13 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
             Side::Peer => vec![Some(s.at), fake_at, Some(s.first_chunk)],
         };
         if i == 0 {
+            if let Some(r) = requests
+                .iter()
+                .find(|r| r.last_user_text().contains(&s.text))
+            {
+                figures.request_bytes = r.body.len();
+                figures.request_tools = tool_names(r);
+            }
             figures.first_path.push(path);
         } else {
             figures.later_paths.push(path);
@@ -377,12 +414,30 @@ async fn main() -> anyhow::Result<()> {
     )?);
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(3);
     let clock = common::Clock::new();
-    let (fake, proxy) = common::fake_behind_proxy(Reply::text("pong pong pong")).await?;
+    let exe = std::env::current_exe()?;
+    let ours = exe
+        .parent()
+        .map(|d| d.join("claude-host"))
+        .filter(|p| p.exists())
+        .context("build claude-host next to acp-bench (scripts/bench-acp.sh does)")?;
+    let fake = common::fake_answering(Reply::text("pong pong pong")).await?;
+    // Either handle keeps its proxy alive until the end of the run.
+    let (proxy_url, proxy_token, _in_process, _process) =
+        if std::env::var("BENCH_ACP_PROXY").as_deref() == Ok("in-process") {
+            let proxy = common::proxy_for(&fake).await?;
+            let (url, token) = (proxy.base_url(), proxy.auth_token("acp-peer"));
+            (url, token, Some(proxy), None)
+        } else {
+            let proxy = common::spawn_proxy(&ours, &fake.url())?;
+            let (url, token) = (proxy.base_url.clone(), proxy.auth_token.clone());
+            (url, token, None, Some(proxy))
+        };
     // The fake's first answer loads its tokenizer (a few hundred ms): paid here, not by
-    // whichever agent happens to go first.
+    // whichever agent happens to go first. Through the proxy, so its token and catalog are
+    // fetched too.
     let warmup = claude_host_upstream::http_client()?
-        .post(format!("{}/v1/messages", proxy.base_url()))
-        .bearer_auth(proxy.auth_token("warmup"))
+        .post(format!("{proxy_url}/v1/messages"))
+        .bearer_auth(&proxy_token)
         .header("anthropic-version", "2023-06-01")
         .json(
             &serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 16,
@@ -397,17 +452,11 @@ async fn main() -> anyhow::Result<()> {
     );
     let _ = warmup.bytes().await?;
     let dir = std::env::temp_dir().join(format!("claude-host-acp-bench-{}", std::process::id()));
-    let exe = std::env::current_exe()?;
-    let ours = exe
-        .parent()
-        .map(|d| d.join("claude-host"))
-        .filter(|p| p.exists())
-        .context("build claude-host next to acp-bench (scripts/bench-acp.sh does)")?;
     let env = Env {
         dir: dir.clone(),
         fake_url: fake.url(),
-        proxy_url: proxy.base_url(),
-        proxy_token: proxy.auth_token("acp-peer"),
+        proxy_url,
+        proxy_token,
         cli: claude_host_testkit::cli::pinned_cli()?,
         ours,
         peer,
@@ -428,9 +477,10 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("logs in {}", dir.display());
     }
     report(&ours, &theirs, rounds);
-    let floor_ms: Vec<f64> = floor.iter().map(|(ms, _)| *ms).collect();
+    let floor_ms: Vec<f64> = floor.iter().map(|(ms, _, _)| *ms).collect();
     report_floor(&floor_ms, &ours, &theirs);
     report_steps(&ours, &theirs, &floor);
+    report_requests(&ours, &theirs, &floor);
     Ok(())
 }
 
@@ -491,7 +541,7 @@ async fn bare_cli_first_prompt(
     env: &Env,
     fake: &FakeUpstream,
     round: usize,
-) -> anyhow::Result<(f64, common::Chain)> {
+) -> anyhow::Result<(f64, common::Chain, usize)> {
     fake.forget_requests();
     let home = env.dir.join(format!("Bare-{round}"));
     let work = home.join("work");
@@ -504,6 +554,30 @@ async fn bare_cli_first_prompt(
     );
     opts.include_partial_messages = true;
     opts.extra_env = vec![("HOME".into(), home.display().to_string())];
+    // What claude-host gives its CLIs beyond the SDK's defaults, to tell the host's own time
+    // from the cost of these options (an experiment, not the floor).
+    if let Ok(extras) = std::env::var("BENCH_BARE_EXTRAS") {
+        for extra in extras.split(',') {
+            match extra {
+                "session-id" => opts.session_id = Some(uuid::Uuid::new_v4().to_string()),
+                "no-websearch" => opts.disallowed_tools = vec!["WebSearch".into()],
+                "models" => opts.extra_env.extend([
+                    (
+                        "ANTHROPIC_DEFAULT_HAIKU_MODEL".into(),
+                        "claude-haiku-5-5".into(),
+                    ),
+                    (
+                        "ANTHROPIC_SMALL_FAST_MODEL".into(),
+                        "claude-haiku-5-5".into(),
+                    ),
+                ]),
+                "compact-window" => opts
+                    .extra_env
+                    .push(("CLAUDE_CODE_AUTO_COMPACT_WINDOW".into(), "168000".into())),
+                other => anyhow::bail!("BENCH_BARE_EXTRAS: unknown {other:?}"),
+            }
+        }
+    }
     // Timed from the spawn, as claude-host's CLI is started at `session/new`: the prompt
     // meets the CLI at the same point of its start-up work.
     let spawned = Instant::now();
@@ -539,13 +613,17 @@ async fn bare_cli_first_prompt(
     let _ = cli.close().await;
     let first = first.context("the bare CLI's turn streamed no text")?;
     let requests = fake.model_requests();
+    let bytes = requests
+        .iter()
+        .find(|r| r.last_user_text().contains(&text))
+        .map_or(0, |r| r.body.len());
     let at = env.clock.ns(written);
     let path = vec![
         Some(at),
         request_at(env, &requests, &text, at),
         Some(env.clock.ns(first)),
     ];
-    Ok((first.duration_since(t).as_secs_f64() * 1e3, path))
+    Ok((first.duration_since(t).as_secs_f64() * 1e3, path, bytes))
 }
 
 fn report_floor(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
@@ -564,8 +642,28 @@ fn report_floor(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
     );
 }
 
+/// What each side asked the model for its typed first prompt: the work the CLI, the proxy and
+/// the fake do per request grows with it.
+fn report_requests(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Chain, usize)]) {
+    let bytes = |v: &[Figures]| median(v.iter().map(|f| f.request_bytes as f64).collect());
+    let tools = |v: &[Figures]| {
+        v.first()
+            .map(|f| f.request_tools.join(", "))
+            .unwrap_or_default()
+    };
+    println!();
+    println!(
+        "model request of the typed first prompt, body bytes (median): claude-host {:.0}, claude-agent-acp {:.0}, the bare CLI {:.0}",
+        bytes(ours),
+        bytes(theirs),
+        median(floor.iter().map(|(_, _, b)| *b as f64).collect()),
+    );
+    println!("tools offered: claude-host [{}]", tools(ours));
+    println!("tools offered: claude-agent-acp [{}]", tools(theirs));
+}
+
 /// Where each prompt's time goes, step by step, on both sides and on the bare CLI.
-fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Chain)]) {
+fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Chain, usize)]) {
     let all = |v: &[Figures], f: fn(&Figures) -> &Vec<common::Chain>| -> Vec<common::Chain> {
         v.iter().flat_map(|x| f(x).iter().cloned()).collect()
     };
@@ -589,7 +687,7 @@ fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Cha
         &PEER,
         &all(theirs, |f| &f.later_paths),
     );
-    let bare: Vec<common::Chain> = floor.iter().map(|(_, c)| c.clone()).collect();
+    let bare: Vec<common::Chain> = floor.iter().map(|(_, c, _)| c.clone()).collect();
     common::print_steps(
         "the bare CLI, first prompt 2 s after its spawn",
         &BARE,

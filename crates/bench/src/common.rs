@@ -1,9 +1,12 @@
 //! Set-up the agent benchmarks share.
 
+use anyhow::Context;
 use claude_host_testkit::fake::{FakeUpstream, Match, Reply, Rule};
 use claude_host_upstream::copilot::{
     ClientIdentity, CopilotEndpoints, CopilotOptions, CopilotUpstream,
 };
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 /// The fake upstream answering every request with `reply`, and a claude-host proxy in this
@@ -12,14 +15,21 @@ use std::sync::Arc;
 pub async fn fake_behind_proxy(
     reply: Reply,
 ) -> anyhow::Result<(FakeUpstream, claude_host_proxy::ProxyHandle)> {
+    let fake = fake_answering(reply).await?;
+    let proxy = proxy_for(&fake).await?;
+    Ok((fake, proxy))
+}
+
+/// The fake upstream answering every request with `reply`.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub async fn fake_answering(reply: Reply) -> anyhow::Result<FakeUpstream> {
     let fake = FakeUpstream::start().await?;
     fake.push(Rule {
         when: Match::Always,
         reply,
         times: Some(usize::MAX),
     });
-    let proxy = proxy_for(&fake).await?;
-    Ok((fake, proxy))
+    Ok(fake)
 }
 
 /// A claude-host proxy in this process in front of `fake` (a Copilot upstream signed in with
@@ -353,4 +363,64 @@ pub async fn ahp_client(
     )
     .await?;
     Ok(c)
+}
+
+/// `claude-host proxy` in a process of its own, in front of a fake upstream: the bare proxy a
+/// user runs for their own `claude`, and the hop every agent's model call makes in real use
+/// (an in-process proxy beside the fake would spare its clients one process wake-up per leg).
+#[allow(dead_code)] // `child` is only held, for its drop, by some benchmarks.
+pub struct ProxyProcess {
+    /// The running proxy (killed on drop).
+    pub child: Owned,
+    /// Its `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// The bearer token it accepts.
+    pub auth_token: String,
+}
+
+/// A child process killed when dropped (on every way out of a benchmark).
+pub struct Owned(pub Child);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `bin proxy --json` signed in to the fake at `fake_url` with the fake's GitHub token.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn spawn_proxy(bin: &std::path::Path, fake_url: &str) -> anyhow::Result<ProxyProcess> {
+    let home = std::env::temp_dir().join(format!("claude-host-bench-{}", std::process::id()));
+    let mut child = Command::new(bin)
+        .args(["proxy", "--json"])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("CLAUDE_HOST_HOME", &home)
+        .env("GH_TOKEN", "gho_fake_github_token")
+        .env("CLAUDE_HOST_GITHUB_URL", fake_url)
+        .env("CLAUDE_HOST_GITHUB_API_URL", fake_url)
+        .env("CLAUDE_HOST_LOG", "warn")
+        // Allocator tuning under test (e.g. MALLOC_ARENA_MAX) reaches the proxy.
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("no stdout")?).read_line(&mut line)?;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).with_context(|| format!("proxy printed {line:?}"))?;
+    let s = |k: &str| {
+        v[k].as_str()
+            .map(str::to_owned)
+            .with_context(|| format!("missing {k}"))
+    };
+    Ok(ProxyProcess {
+        base_url: s("base_url")?,
+        auth_token: s("auth_token")?,
+        child: Owned(child),
+    })
 }

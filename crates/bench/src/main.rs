@@ -8,6 +8,8 @@
 //! Responses), it measures the translation instead, optionally beside copilot-api
 //! (`BENCH_PEER`): see `translate.rs` and `scripts/bench-translate.sh`.
 
+#[allow(dead_code)] // Shared with the agent benchmarks; this one uses only the proxy process.
+mod common;
 mod translate;
 
 use anyhow::{Context, bail};
@@ -17,8 +19,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How the fake upstream paces its events (`BENCH_PACING`).
@@ -149,8 +149,8 @@ fn main() -> anyhow::Result<()> {
         auth: format!("Bearer {direct_token}"),
     });
 
-    let mut proxy = spawn_proxy(&bin, &fake.url())?;
-    let pid = proxy.child.id();
+    let proxy = common::spawn_proxy(std::path::Path::new(&bin), &fake.url())?;
+    let pid = proxy.child.0.id();
     let via_proxy = Load::messages(Target {
         base: proxy.base_url.clone(),
         auth: format!("Bearer {}", proxy.auth_token),
@@ -266,8 +266,7 @@ fn main() -> anyhow::Result<()> {
     println!(
         "(CPU/event = on-CPU time of all proxy threads, from /proc/PID/task/*/schedstat, ÷ events relayed)"
     );
-    let _ = proxy.child.kill();
-    let _ = proxy.child.wait();
+    drop(proxy);
     fake_rt.block_on(fake.shutdown());
     Ok(())
 }
@@ -293,47 +292,6 @@ fn points() -> Vec<(usize, usize)> {
             .collect(),
         Err(_) => vec![(1, 100), (64, 3), (512, 1)],
     }
-}
-
-struct ProxyProcess {
-    child: Child,
-    base_url: String,
-    auth_token: String,
-}
-
-fn spawn_proxy(bin: &str, fake_url: &str) -> anyhow::Result<ProxyProcess> {
-    let home = std::env::temp_dir().join(format!("claude-host-bench-{}", std::process::id()));
-    let mut child = Command::new(bin)
-        .args(["proxy", "--json"])
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("CLAUDE_HOST_HOME", &home)
-        .env("GH_TOKEN", "gho_fake_github_token")
-        .env("CLAUDE_HOST_GITHUB_URL", fake_url)
-        .env("CLAUDE_HOST_GITHUB_API_URL", fake_url)
-        .env("CLAUDE_HOST_LOG", "warn")
-        // Allocator tuning under test (e.g. MALLOC_ARENA_MAX) reaches the proxy.
-        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("cannot start {bin}"))?;
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().context("no stdout")?).read_line(&mut line)?;
-    let v: serde_json::Value =
-        serde_json::from_str(&line).with_context(|| format!("proxy printed {line:?}"))?;
-    let s = |k: &str| {
-        v[k].as_str()
-            .map(str::to_owned)
-            .with_context(|| format!("missing {k}"))
-    };
-    Ok(ProxyProcess {
-        base_url: s("base_url")?,
-        auth_token: s("auth_token")?,
-        child,
-    })
 }
 
 async fn mint(fake_url: &str) -> anyhow::Result<String> {

@@ -142,6 +142,8 @@ fn host_command(bin: &Path, f: &Fixture) -> Command {
         .env("HOME", &f.home)
         .env("CLAUDE_HOST_HOME", f.home.join("data"))
         .env("CLAUDE_HOST_LOG", "warn")
+        // Allocator tuning under test (e.g. MALLOC_ARENA_MAX) reaches the host.
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
         .current_dir(&f.work);
     // `serve` and `acp` look for the CLI at start (and would install it).
     if let Ok(cli) = claude_host_testkit::cli::pinned_cli() {
@@ -175,6 +177,11 @@ struct Open {
     peak_kib: u64,
     left_kib: u64,
     closed_kib: u64,
+    /// Anonymous memory (`RssAnon`: heap, arenas, stacks) idle and after the close: what the
+    /// host holds, without the binary's file-backed code pages the restore paged in (clean,
+    /// shared with every other claude-host process, and dropped first under pressure).
+    idle_anon_kib: u64,
+    closed_anon_kib: u64,
 }
 
 async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
@@ -198,6 +205,7 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
     let c = common::ahp_client(&url, "restore-bench", ClientConfig::default()).await?;
     c.ping().await?;
     let idle_kib = common::rss_kib(pid);
+    let idle_anon_kib = status_kib(pid, "RssAnon:");
     keep_smaps(pid, "idle");
     let session = format!("claude:/{}", f.generated.session_id);
     let start = Instant::now();
@@ -230,6 +238,7 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
     // `--restored-idle-secs` refuses to start: see `bench-restore.sh`).
     tokio::time::sleep(Duration::from_secs(4)).await;
     let closed_kib = common::rss_kib(pid);
+    let closed_anon_kib = status_kib(pid, "RssAnon:");
     keep_smaps(pid, "closed");
     let _ = child.kill();
     let _ = child.wait();
@@ -241,6 +250,8 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
         peak_kib,
         left_kib,
         closed_kib,
+        idle_anon_kib,
+        closed_anon_kib,
     })
 }
 
@@ -371,7 +382,7 @@ async fn main() -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("claude-host-restore-bench-{}", std::process::id()));
     println!("restoring long sessions (each its own process; RSS in MiB, times in s)");
     println!(
-        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | serve RSS idle → peak → client left → session closed | ACP load: time, peak RSS, updates |"
+        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | serve RSS idle → peak → client left → session closed (anonymous idle → closed) | ACP load: time, peak RSS, updates |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for mb in &sizes {
@@ -387,7 +398,7 @@ async fn main() -> anyhow::Result<()> {
         let open = ahp_open(&bin, &f).await?;
         let (load, load_peak, updates) = acp_load(&bin, &f).await?;
         println!(
-            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.0} → {:.0} → {:.0} → {:.0} | {:.2}, {:.0}, {updates} |",
+            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.0} → {:.0} → {:.0} → {:.0} (anon {:.1} → {:.1}) | {:.2}, {:.0}, {updates} |",
             f.generated.lines,
             open.turns,
             secs(show.wall),
@@ -403,6 +414,8 @@ async fn main() -> anyhow::Result<()> {
             mib(open.peak_kib),
             mib(open.left_kib),
             mib(open.closed_kib),
+            open.idle_anon_kib as f64 / 1024.0,
+            open.closed_anon_kib as f64 / 1024.0,
             secs(load),
             mib(load_peak),
         );

@@ -13,11 +13,12 @@
 //! from the same minutes.
 
 use super::{Load, Pacing, RunResult, Target, percentiles, points, run_load, status_kb};
+use crate::common::Owned;
 use anyhow::{Context, bail};
 use claude_host_testkit::fake::{FakeConfig, FakeUpstream, Match, Reply, Rule};
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What a reply must look like.
@@ -284,16 +285,6 @@ impl Config {
     }
 }
 
-/// A child process killed when dropped (on every way out of the benchmark).
-struct Owned(Child);
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One system under test.
 struct System {
     name: String,
@@ -402,14 +393,14 @@ pub(crate) fn run(bin: &str, runs: usize, config: Config) -> anyhow::Result<()> 
     // Each system: its process, its warm-up, and the upstream request it sent.
     let mut started: Vec<(String, Owned, Target, String)> = Vec::new();
     for model in &config.models {
-        let proxy = super::spawn_proxy(bin, &fake.url())?;
+        let proxy = crate::common::spawn_proxy(std::path::Path::new(bin), &fake.url())?;
         let target = Target {
             base: proxy.base_url.clone(),
             auth: format!("Bearer {}", proxy.auth_token),
         };
         started.push((
             format!("claude-host {model}"),
-            Owned(proxy.child),
+            proxy.child,
             target,
             model.clone(),
         ));
