@@ -18,6 +18,15 @@ pub struct Published {
 }
 
 impl Published {
+    /// An action for one connection alone, outside every channel's stream (AHP's
+    /// `chat/turnsLoaded`, which answers one client's `fetchTurns`): `envelope` is sent as it is.
+    pub fn to_one(envelope: ActionEnvelope) -> Published {
+        Published {
+            envelope,
+            notification: OnceLock::new(),
+        }
+    }
+
     /// Its `serverSeq`.
     pub fn seq(&self) -> u64 {
         self.envelope.server_seq

@@ -628,16 +628,6 @@ impl Host {
         to_json(SessionConfigCompletionsResult { items })
     }
 
-    /// `fetchTurns`: every turn is in the snapshot, so there is never an older page.
-    pub(crate) async fn fetch_turns(&self, params: &Value) -> Result<Value, RpcError> {
-        let uri = str_param(params, "channel")?;
-        self.target(uri).await?;
-        if let Some(c) = params.get("cursor").and_then(Value::as_str) {
-            return Err(RpcError::invalid_params(format!("unknown cursor {c:?}")));
-        }
-        Ok(json!({}))
-    }
-
     /// A `resource*` command, confined to the directories of the session named in
     /// `params._meta.session` (or of every live session and the default directory).
     pub(crate) async fn resource(&self, method: &str, params: &Value) -> Result<Value, RpcError> {

@@ -11,7 +11,9 @@ use crate::root::ROOT;
 use crate::rpc::{RpcError, code};
 use ahp_types::commands::{ReconnectResult, ReconnectSnapshotResult, SubscribeResult};
 use ahp_types::state::Snapshot;
-use claude_host_agent::{Published, SessionHandle, SessionSnapshot, SessionSubscription, trace};
+use claude_host_agent::{
+    ChannelKind, Published, SessionHandle, SessionSnapshot, SessionSubscription, trace,
+};
 use claude_host_protocol::log_safe::Safe;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -798,7 +800,7 @@ async fn request(
         "authenticate" => host.authenticate(&params).await,
         "resolveSessionConfig" => host.resolve_session_config(&params).await,
         "sessionConfigCompletions" => host.session_config_completions(&params).await,
-        "fetchTurns" => host.fetch_turns(&params).await,
+        "fetchTurns" => return fetch_turns(host, conn, id, params).await,
         "completions" => host.completions(&params).await,
         "invokeChangesetOperation" => host.invoke_changeset_operation(&params).await,
         "createTerminal" => host.create_terminal(&params).await,
@@ -878,7 +880,14 @@ async fn subscribe(
         Ok(Target::Session(handle, kind)) => {
             // Its first `@` completion is answered from an index built meanwhile.
             host.warm_file_index(&handle);
-            conn.subscribe_in_feed(handle, uri, kind, id, snapshot_taken)
+            // `view.turns`: how many of a chat's newest turns its snapshot holds (advisory;
+            // a negative count is read as none).
+            let view_turns = params
+                .get("view")
+                .and_then(|v| v.get("turns"))
+                .and_then(Value::as_i64)
+                .map(|n| usize::try_from(n).unwrap_or(0));
+            conn.subscribe_in_feed(handle, uri, kind, id, snapshot_taken, view_turns)
         }
         Ok(Target::Root) => {
             // The old stream has stopped before the new snapshot is taken.
@@ -894,6 +903,28 @@ async fn subscribe(
             conn.forward_root_notifications(host.notifications());
             conn.forward_root(rx);
         }
+        Err(e) => conn.respond(id, Err(e)),
+    }
+}
+
+/// `fetchTurns`: older turns of a chat the client holds a window of (`subscribe` with
+/// `view.turns`), loaded into its state alone by the session's feed.
+async fn fetch_turns(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: Value) {
+    let p: ahp_types::commands::FetchTurnsParams = match crate::rpc::from_params(params) {
+        Ok(p) => p,
+        Err(e) => return conn.respond(id, Err(e)),
+    };
+    match host.target(&p.channel).await {
+        Ok(Target::Session(handle, ChannelKind::Chat | ChannelKind::Subagent(_))) => {
+            conn.fetch_in_feed(handle.id(), &p.channel, p.cursor, id);
+        }
+        Ok(_) => conn.respond(
+            id,
+            Err(RpcError::invalid_params(format!(
+                "{} is not a chat: only a chat has turns to fetch",
+                p.channel
+            ))),
+        ),
         Err(e) => conn.respond(id, Err(e)),
     }
 }

@@ -10,6 +10,8 @@
 //!   subscribes to the session, then to its default chat, until the chat's snapshot is in. The
 //!   host's RSS idle (before), at its peak (`VmHWM`), right after the client left, and after the
 //!   session closed itself (`--restored-idle-secs 1`);
+//! - AHP open of the newest 50 turns: the same, the chat subscribed with `view: {turns: 50}`
+//!   (what a client that pages older turns in with `fetchTurns` waits for first);
 //! - ACP `session/load`: a `claude-host acp`; time to the answer (the history is replayed as
 //!   `session/update`s before it) and the agent's peak RSS.
 //!
@@ -184,7 +186,10 @@ struct Open {
     closed_anon_kib: u64,
 }
 
-async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
+/// How many turns the windowed AHP open asks for.
+const VIEW_TURNS: i64 = 50;
+
+async fn ahp_open(bin: &Path, f: &Fixture, view_turns: Option<i64>) -> anyhow::Result<Open> {
     let mut child = host_command(bin, f)
         .args([
             "--upstream",
@@ -218,7 +223,13 @@ async fn ahp_open(bin: &Path, f: &Fixture) -> anyhow::Result<Open> {
         .context("the session's snapshot has no default chat")?
         .to_owned();
     let snap: Value = c
-        .request("subscribe", json!({"channel": chat}))
+        .request(
+            "subscribe",
+            match view_turns {
+                Some(n) => json!({"channel": chat, "view": {"turns": n}}),
+                None => json!({"channel": chat}),
+            },
+        )
         .await
         .context("subscribing to the chat")?;
     let wall = start.elapsed();
@@ -382,9 +393,9 @@ async fn main() -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("claude-host-restore-bench-{}", std::process::id()));
     println!("restoring long sessions (each its own process; RSS in MiB, times in s)");
     println!(
-        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | serve RSS idle → peak → client left → session closed (anonymous idle → closed) | ACP load: time, peak RSS, updates |"
+        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | AHP open of the newest {VIEW_TURNS} turns: time, snapshot, serve's peak | serve RSS idle → peak → client left → session closed (anonymous idle → closed) | ACP load: time, peak RSS, updates |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for mb in &sizes {
         let f = fixture(&root, *mb)?;
         let id = f.generated.session_id.clone();
@@ -395,10 +406,11 @@ async fn main() -> anyhow::Result<()> {
         )?;
         let show = run_measured(&bin, &f, &["sessions", "show", &id, "--json"])?;
         let fork = run_measured(&bin, &f, &["sessions", "fork", &id, "--json"])?;
-        let open = ahp_open(&bin, &f).await?;
+        let open = ahp_open(&bin, &f, None).await?;
+        let newest = ahp_open(&bin, &f, Some(VIEW_TURNS)).await?;
         let (load, load_peak, updates) = acp_load(&bin, &f).await?;
         println!(
-            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.0} → {:.0} → {:.0} → {:.0} (anon {:.1} → {:.1}) | {:.2}, {:.0}, {updates} |",
+            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.2}, {:.2} MB, {:.0} | {:.0} → {:.0} → {:.0} → {:.0} (anon {:.1} → {:.1}) | {:.2}, {:.0}, {updates} |",
             f.generated.lines,
             open.turns,
             secs(show.wall),
@@ -410,6 +422,9 @@ async fn main() -> anyhow::Result<()> {
             mib(fork.max_rss_kib),
             secs(open.wall),
             open.snapshot_bytes as f64 / MB as f64,
+            secs(newest.wall),
+            newest.snapshot_bytes as f64 / MB as f64,
+            mib(newest.peak_kib),
             mib(open.idle_kib),
             mib(open.peak_kib),
             mib(open.left_kib),

@@ -3,14 +3,22 @@
 //! forwarders for two channels of one session would interleave at random, and a client that
 //! keeps `lastSeenServerSeq` as the highest number it saw could then skip a lower one on
 //! reconnect.
+//!
+//! A client that subscribes to a chat with `view: {turns: N}` holds only its newest N completed
+//! turns; the feed remembers where that window starts and answers the client's `fetchTurns`
+//! with a `chat/turnsLoaded` sent to it alone (the session's state, and every other client,
+//! hold every turn).
 
 use super::{Conn, lock};
 use crate::host::Host;
 use crate::rpc::{RpcError, code};
-use ahp_types::actions::StateAction;
+use ahp_types::actions::{ActionEnvelope, ChatTurnsLoadedAction, StateAction};
 use ahp_types::commands::SubscribeResult;
-use claude_host_agent::{ChannelKind, SessionEvent, SessionHandle, SessionSubscription, trace};
-use serde_json::Value;
+use ahp_types::state::{SnapshotState, Turn};
+use claude_host_agent::{
+    ChannelKind, Published, SessionEvent, SessionHandle, SessionSubscription, trace,
+};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -24,9 +32,35 @@ pub(super) enum FeedCmd {
         id: Value,
         /// Dropped once the snapshot is taken (`order`).
         taken: Option<oneshot::Sender<()>>,
+        /// The newest completed turns the client asked a chat's snapshot to hold
+        /// (`view.turns`); `None`: all of them.
+        view_turns: Option<usize>,
+    },
+    /// Load older turns of a windowed chat into this client's state (`fetchTurns`), then
+    /// answer request `id`.
+    FetchTurns {
+        uri: String,
+        cursor: Option<String>,
+        id: Value,
     },
     /// Stop forwarding a channel.
     Unsubscribe(String),
+}
+
+/// A chat this client holds only the newest turns of.
+struct Window {
+    kind: ChannelKind,
+    /// How many of the chat's oldest turns the client does not hold.
+    start: usize,
+    /// How many older turns one `fetchTurns` loads.
+    page: usize,
+}
+
+impl Window {
+    /// The chat's `turnsNextCursor` for this client: opaque to it, checked against the window.
+    fn cursor(&self) -> String {
+        format!("older-than-{}", self.start)
+    }
 }
 
 /// The key of a session's feed among a connection's forwarders.
@@ -62,6 +96,7 @@ impl Conn {
         kind: ChannelKind,
         id: &Value,
         taken: Option<oneshot::Sender<()>>,
+        view_turns: Option<usize>,
     ) {
         // Looked up and, if need be, started under one hold of the lock: two subscriptions
         // racing must share one feed, not replace each other's.
@@ -88,6 +123,7 @@ impl Conn {
             kind,
             id: id.clone(),
             taken,
+            view_turns,
         };
         if let Err(mpsc::error::SendError(FeedCmd::Subscribe { id, .. })) = tx.send(cmd) {
             self.respond(
@@ -97,6 +133,33 @@ impl Conn {
                     format!("{uri}: the session closed"),
                 )),
             );
+        }
+    }
+
+    /// Answers `fetchTurns` for chat `uri` of session `session_id`: through the session's feed,
+    /// which knows what this client holds; without a feed the client holds no window.
+    pub(super) fn fetch_in_feed(
+        &self,
+        session_id: &str,
+        uri: &str,
+        cursor: Option<String>,
+        id: &Value,
+    ) {
+        let tx = lock(&self.feeds)
+            .get(&key(session_id))
+            .filter(|tx| !tx.is_closed())
+            .cloned();
+        let cmd = FeedCmd::FetchTurns {
+            uri: uri.to_owned(),
+            cursor,
+            id: id.clone(),
+        };
+        let unsent = match tx {
+            Some(tx) => tx.send(cmd).err().map(|e| e.0),
+            None => Some(cmd),
+        };
+        if let Some(FeedCmd::FetchTurns { cursor, id, .. }) = unsent {
+            self.respond(&id, no_window(cursor.as_deref()));
         }
     }
 
@@ -117,19 +180,32 @@ async fn run(
 ) {
     // The turn's first response part is still to go out (a latency mark, `trace`).
     let mut first_part = false;
+    // Chats this client holds a window of, and the highest `serverSeq` it was sent.
+    let mut windows: HashMap<String, Window> = HashMap::new();
+    let mut last_seq = from.values().copied().max().unwrap_or(0);
     loop {
         let event = tokio::select! {
             // Commands first: a subscription is answered before more actions go out.
             biased;
             cmd = cmds.recv() => {
                 let emptied = match cmd {
-                    Some(FeedCmd::Subscribe { uri, kind, id, taken }) => {
-                        subscribe(&conn, &handle, &mut sub, &mut from, uri, kind, &id).await;
+                    Some(FeedCmd::Subscribe { uri, kind, id, taken, view_turns }) => {
+                        let opened = Opened { uri, kind, view_turns };
+                        subscribe(&conn, &handle, &mut sub, &mut from, &mut windows, opened, &id)
+                            .await;
                         // Actions the client sent behind this subscribe may go on now.
                         drop(taken);
+                        last_seq = last_seq.max(from.values().copied().max().unwrap_or(0));
                         from.is_empty()
                     }
+                    Some(FeedCmd::FetchTurns { uri, cursor, id }) => {
+                        let answer = fetch_turns(&conn, &handle, &mut windows, last_seq, &uri, cursor)
+                            .await;
+                        conn.respond(&id, answer);
+                        false
+                    }
                     Some(FeedCmd::Unsubscribe(uri)) => {
+                        windows.remove(&uri);
                         from.remove(&uri).is_some() && from.is_empty()
                     }
                     None => true,
@@ -149,6 +225,25 @@ async fn run(
                 tracing::trace!(seq = p.seq(), action = claude_host_agent::actions::kind(p.action()),
                     channel = %p.channel(), origin = ?p.envelope.origin.as_ref().map(|o| o.client_seq),
                     sent = new, "action out");
+                if new {
+                    last_seq = last_seq.max(p.seq());
+                    if let StateAction::ChatTruncated(t) = p.action()
+                        && let Some(w) = windows.get(p.channel())
+                    {
+                        // The reducer keeps the turns up to the named one (none without a
+                        // name), which this client may not hold: it gets them first.
+                        let whole = match &t.turn_id {
+                            Some(turn) => {
+                                complete_window(&conn, &handle, p.channel(), w, turn, last_seq)
+                                    .await
+                            }
+                            None => true,
+                        };
+                        if whole {
+                            windows.remove(p.channel());
+                        }
+                    }
+                }
                 if new && !conn.send(p.notification()) {
                     return;
                 }
@@ -182,15 +277,27 @@ async fn next(sub: &mut Option<SessionSubscription>) -> Option<SessionEvent> {
     }
 }
 
+/// A channel a subscribe opens, and the shape its client asked for.
+struct Opened {
+    uri: String,
+    kind: ChannelKind,
+    view_turns: Option<usize>,
+}
+
 async fn subscribe(
     conn: &Conn,
     handle: &SessionHandle,
     sub: &mut Option<SessionSubscription>,
     from: &mut HashMap<String, u64>,
-    uri: String,
-    kind: ChannelKind,
+    windows: &mut HashMap<String, Window>,
+    opened: Opened,
     id: &Value,
 ) {
+    let Opened {
+        uri,
+        kind,
+        view_turns,
+    } = opened;
     // With a stream already going, a snapshot taken now is at or after every action this
     // feed has passed, so the channel's actions go on right after it, in order.
     let snapshot = match sub {
@@ -204,8 +311,21 @@ async fn subscribe(
         Ok(s) => {
             let seq = s.seq;
             match Host::snapshot_of(&uri, &kind, s) {
-                Some(snapshot) => {
-                    from.insert(uri.clone(), seq);
+                Some(mut snapshot) => {
+                    windows.remove(&uri);
+                    if let (Some(n), SnapshotState::Chat(chat)) = (view_turns, &mut snapshot.state)
+                        && chat.turns.len() > n
+                    {
+                        let w = Window {
+                            kind,
+                            start: chat.turns.len() - n,
+                            page: n.max(1),
+                        };
+                        chat.turns.drain(..w.start);
+                        chat.turns_next_cursor = Some(w.cursor());
+                        windows.insert(uri.clone(), w);
+                    }
+                    from.insert(uri, seq);
                     conn.respond_ok(
                         id,
                         &SubscribeResult {
@@ -229,5 +349,112 @@ async fn subscribe(
                 format!("{uri}: {e}"),
             )),
         ),
+    }
+}
+
+/// `fetchTurns` where the client holds every turn (no window): nothing older to load.
+fn no_window(cursor: Option<&str>) -> Result<Value, RpcError> {
+    match cursor {
+        Some(c) => Err(RpcError::invalid_params(format!("unknown cursor {c:?}"))),
+        None => Ok(json!({})),
+    }
+}
+
+/// The completed turns of chat `uri` now.
+async fn turns_now(
+    handle: &SessionHandle,
+    uri: &str,
+    kind: &ChannelKind,
+) -> Result<Vec<Turn>, RpcError> {
+    let s = handle
+        .snapshot()
+        .await
+        .map_err(|e| RpcError::new(code::SESSION_NOT_FOUND, format!("{uri}: {e}")))?;
+    match Host::snapshot_of(uri, kind, s).map(|s| s.state) {
+        Some(SnapshotState::Chat(chat)) => Ok(chat.turns),
+        _ => Err(RpcError::new(
+            code::SESSION_NOT_FOUND,
+            format!("no chat {uri} in this session"),
+        )),
+    }
+}
+
+/// Sends this client alone the `chat/turnsLoaded` that puts `turns` ahead of what it holds.
+fn send_loaded(conn: &Conn, uri: &str, seq: u64, turns: Vec<Turn>, next: Option<String>) -> bool {
+    let loaded = Published::to_one(ActionEnvelope {
+        channel: uri.to_owned(),
+        action: StateAction::ChatTurnsLoaded(ChatTurnsLoadedAction {
+            turns,
+            turns_next_cursor: next,
+        }),
+        // Not a new action of the channel's stream: the number the client last saw.
+        server_seq: seq,
+        origin: None,
+        rejection_reason: None,
+    });
+    conn.send(loaded.notification())
+}
+
+/// Loads the page of turns before this client's window of chat `uri` into its state
+/// (`chat/turnsLoaded`, before the answer, as AHP requires).
+async fn fetch_turns(
+    conn: &Conn,
+    handle: &SessionHandle,
+    windows: &mut HashMap<String, Window>,
+    seq: u64,
+    uri: &str,
+    cursor: Option<String>,
+) -> Result<Value, RpcError> {
+    let Some(w) = windows.get_mut(uri) else {
+        return no_window(cursor.as_deref());
+    };
+    if let Some(c) = &cursor
+        && *c != w.cursor()
+    {
+        return Err(RpcError::invalid_params(format!("unknown cursor {c:?}")));
+    }
+    let mut turns = turns_now(handle, uri, &w.kind).await?;
+    let end = w.start.min(turns.len());
+    let begin = end.saturating_sub(w.page);
+    turns.truncate(end);
+    let page = turns.split_off(begin);
+    let next = if begin > 0 {
+        w.start = begin;
+        Some(w.cursor())
+    } else {
+        windows.remove(uri);
+        None
+    };
+    send_loaded(conn, uri, seq, page, next);
+    Ok(json!({}))
+}
+
+/// Before a truncation to `turn` reaches a client holding window `w` of chat `uri`: when
+/// the turn is older than the window, every turn up to it is loaded into the client's state,
+/// so the client keeps what the session keeps. Whether the client now holds every turn.
+async fn complete_window(
+    conn: &Conn,
+    handle: &SessionHandle,
+    uri: &str,
+    w: &Window,
+    turn: &str,
+    seq: u64,
+) -> bool {
+    match turns_now(handle, uri, &w.kind).await {
+        Ok(mut turns) => {
+            let older = turns
+                .iter()
+                .position(|t| t.id == turn)
+                .is_some_and(|i| i < w.start);
+            if older {
+                turns.truncate(w.start);
+                send_loaded(conn, uri, seq, turns, None);
+            }
+            older
+        }
+        Err(e) => {
+            tracing::warn!(channel = %uri, error = %e.message, "cannot load a truncated chat's older turns for a client");
+            false
+        }
     }
 }

@@ -1,6 +1,7 @@
 mod core;
 mod protocol;
 mod vscode;
+mod window;
 mod wire;
 
 use ahp::{Client, ClientConfig, SubscriptionEvent};
@@ -275,7 +276,19 @@ pub(crate) struct Mirror {
 
 impl Mirror {
     pub async fn subscribe(c: &Client, chat: &str) -> Mirror {
-        let (result, sub) = c.subscribe(chat.into()).await.unwrap();
+        Mirror::subscribe_with(c, chat, None).await
+    }
+
+    /// Subscribes with a snapshot `view` (`view.turns`: the newest turns only).
+    pub async fn subscribe_with(
+        c: &Client,
+        chat: &str,
+        view: Option<ahp_types::commands::SubscribeView>,
+    ) -> Mirror {
+        let (result, sub) = c
+            .subscribe_with_options(chat.into(), None, view)
+            .await
+            .unwrap();
         let state = match result.snapshot.unwrap().state {
             ahp_types::state::SnapshotState::Chat(s) => *s,
             other => panic!("not a chat snapshot: {other:?}"),
