@@ -195,6 +195,12 @@ fn main() -> anyhow::Result<()> {
                 .join()
                 .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
             let p = p?;
+            if std::env::var_os("BENCH_PROBE_DUMP").is_some() {
+                // Which probes were slow, in the order they went: where the tail comes from.
+                let added: Vec<String> =
+                    pairs.iter().map(|(d, p)| format!("{:.1}", p - d)).collect();
+                eprintln!("probe pairs (added ms, in order): {}", added.join(" "));
+            }
             probes.extend(pairs);
             let (d50, d99) = percentiles(&d.ttfb);
             let (p50, p99) = percentiles(&p.ttfb);
@@ -237,6 +243,8 @@ fn main() -> anyhow::Result<()> {
             added.sort_by(f64::total_cmp);
             let mut direct: Vec<f64> = probes.iter().map(|(d, _)| *d).collect();
             direct.sort_by(f64::total_cmp);
+            let mut proxied: Vec<f64> = probes.iter().map(|(_, p)| *p).collect();
+            proxied.sort_by(f64::total_cmp);
             let q = |v: &[f64], f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
             eprintln!(
                 "  {concurrency} streams, probes: {} pairs, added TTFB p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms (direct probe TTFB p50 {:.3} ms)",
@@ -245,6 +253,22 @@ fn main() -> anyhow::Result<()> {
                 q(&added, 0.9),
                 q(&added, 0.99),
                 q(&direct, 0.5)
+            );
+            // The fake itself now and then answers a probe late, whichever side sent it; a
+            // pair's difference then carries that stall. Side by side, the two distributions
+            // show whether the tail is the proxy's.
+            eprintln!(
+                "  {concurrency} streams, probe TTFB p50 / p90 / p99 / max: direct {:.2} / {:.2} / {:.2} / {:.2} ms, proxied {:.2} / {:.2} / {:.2} / {:.2} ms; pairs where the direct probe was the slower by over 20 ms: {}, the proxied: {}",
+                q(&direct, 0.5),
+                q(&direct, 0.9),
+                q(&direct, 0.99),
+                q(&direct, 1.0),
+                q(&proxied, 0.5),
+                q(&proxied, 0.9),
+                q(&proxied, 0.99),
+                q(&proxied, 1.0),
+                added.iter().filter(|a| **a < -20.0).count(),
+                added.iter().filter(|a| **a > 20.0).count(),
             );
         }
     }
