@@ -333,13 +333,7 @@ async fn subscribe(
                         },
                     );
                 }
-                None => conn.respond(
-                    id,
-                    Err(RpcError::new(
-                        code::SESSION_NOT_FOUND,
-                        format!("no chat {uri} in this session"),
-                    )),
-                ),
+                None => conn.respond(id, Err(no_chat(&uri))),
             }
         }
         Err(e) => conn.respond(
@@ -372,15 +366,21 @@ async fn turns_now(
         .map_err(|e| RpcError::new(code::SESSION_NOT_FOUND, format!("{uri}: {e}")))?;
     match Host::snapshot_of(uri, kind, s).map(|s| s.state) {
         Some(SnapshotState::Chat(chat)) => Ok(chat.turns),
-        _ => Err(RpcError::new(
-            code::SESSION_NOT_FOUND,
-            format!("no chat {uri} in this session"),
-        )),
+        _ => Err(no_chat(uri)),
     }
 }
 
-/// Sends this client alone the `chat/turnsLoaded` that puts `turns` ahead of what it holds.
-fn send_loaded(conn: &Conn, uri: &str, seq: u64, turns: Vec<Turn>, next: Option<String>) -> bool {
+/// A subscribed or fetched channel the session does not have.
+fn no_chat(uri: &str) -> RpcError {
+    RpcError::new(
+        code::SESSION_NOT_FOUND,
+        format!("no chat {uri} in this session"),
+    )
+}
+
+/// Sends this client alone the `chat/turnsLoaded` that puts `turns` ahead of what it holds (a
+/// connection too slow to take it is being closed, and its answer goes nowhere either).
+fn send_loaded(conn: &Conn, uri: &str, seq: u64, turns: Vec<Turn>, next: Option<String>) {
     let loaded = Published::to_one(ActionEnvelope {
         channel: uri.to_owned(),
         action: StateAction::ChatTurnsLoaded(ChatTurnsLoadedAction {
@@ -392,7 +392,7 @@ fn send_loaded(conn: &Conn, uri: &str, seq: u64, turns: Vec<Turn>, next: Option<
         origin: None,
         rejection_reason: None,
     });
-    conn.send(loaded.notification())
+    let _ = conn.send(loaded.notification());
 }
 
 /// Loads the page of turns before this client's window of chat `uri` into its state
