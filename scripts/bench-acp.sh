@@ -8,7 +8,9 @@
 # Knobs for comparisons (docs/BENCHMARKS.md): BENCH_ACP_PROXY=in-process (that proxy inside the
 # benchmark instead), BENCH_ACP_SAME_TOOLS=1 (claude-host without AskUserQuestion, as the peer),
 # BENCH_BARE_EXTRAS=session-id,no-websearch,models,compact-window (the bare CLI given what
-# claude-host adds to its CLIs), BENCH_AGENT_LOG=<filter> (each agent's log kept).
+# claude-host adds to its CLIs), BENCH_BARE_FRESH=1 (the bare CLI with no session before it),
+# BENCH_ACP_TYPED_FIRST=1 (each agent's typed session before its others),
+# BENCH_ACP_TYPED_OWN_DIR=1 (in a project of its own), BENCH_AGENT_LOG=<filter> (each agent's log kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEER_VERSION=0.23.1

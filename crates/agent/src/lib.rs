@@ -40,7 +40,7 @@ pub use outbox::{Published, Sequence};
 pub use session::{
     ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionEvent,
     SessionHandle, SessionNotice, SessionSnapshot, SessionStatus, SessionSubscription, SessionUris,
-    empty_chat,
+    WhichChat, empty_chat,
 };
 pub use session::{NewTerminal, changeset_uri, tool_terminal_uri};
 

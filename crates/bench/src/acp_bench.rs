@@ -7,8 +7,13 @@
 //!
 //! A third line, in the same run, gives the floor under the typed first prompt: the same CLI
 //! driven directly over stream-json (no ACP agent, no host), warmed up and cut as claude-host
-//! does, its first prompt 2 s after its spawn → first text delta. That is what the CLI alone takes for
+//! does, its first prompt 2 s after its spawn → first text delta. Like each agent's typed
+//! session, it is the second of its home and project: a first bare CLI has had the same turns
+//! and is still running (`BENCH_BARE_FRESH=1`: alone). That is what the CLI alone takes for
 //! the first message of a conversation; the host can only add to it.
+//!
+//! Experiments: `BENCH_ACP_TYPED_FIRST=1` runs each agent's typed session before any other,
+//! `BENCH_ACP_TYPED_OWN_DIR=1` in a project directory of its own.
 //!
 //! Each prompt's path is also printed step by step (p50/p99): claude-host's own latency
 //! marks (`claude_host_sdk::trace`, turned on in its environment), this client's instants
@@ -264,6 +269,7 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
     let stdout = child.stdout.take().context("no stdout")?;
     let (chunks_tx, mut chunks) = mpsc::unbounded_channel::<Instant>();
     let work = env.dir.join(format!("{side:?}-{n}")).join("work");
+    let typed_first = std::env::var_os("BENCH_ACP_TYPED_FIRST").is_some();
     let figures = Client
         .v1()
         .on_receive_notification(
@@ -287,6 +293,12 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                 f.initialize_ms = started.elapsed().as_secs_f64() * 1e3;
                 f.rss_idle_kib = common::rss_kib(pid);
                 let idle_tree = tree_rss(pid);
+                // The typed session first in its agent, with no other session's CLI beside it.
+                let typed = if typed_first {
+                    Some(typed_prompt(&cx, &mut chunks, &work, side, n, clock).await?)
+                } else {
+                    None
+                };
                 let t = Instant::now();
                 let id = cx
                     .send_request(NewSessionRequest::new(work.clone()))
@@ -294,6 +306,10 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                     .await?
                     .session_id;
                 f.new_session_ms = t.elapsed().as_secs_f64() * 1e3;
+                if let Some((ms, typed)) = typed {
+                    f.typed_first_chunk_ms = ms;
+                    sent.push(typed);
+                }
                 let mut later = Vec::new();
                 for i in 0..=LATER {
                     while chunks.try_recv().is_ok() {}
@@ -316,30 +332,12 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                     answer.block_task().await?;
                 }
                 f.warm_first_chunk_ms = median(later);
-                // A user creates a session and types for a while before the first prompt.
-                let typed = cx
-                    .send_request(NewSessionRequest::new(work.clone()))
-                    .block_task()
-                    .await?
-                    .session_id;
-                tokio::time::sleep(TYPING).await;
-                while chunks.try_recv().is_ok() {}
-                let text = format!("typed ping {side:?} {n}");
-                let t = Instant::now();
-                let answer = cx.send_request(prompt(&typed, &text));
-                let first = chunks.recv().await.unwrap_or_else(Instant::now);
-                f.typed_first_chunk_ms = first.duration_since(t).as_secs_f64() * 1e3;
-                answer.block_task().await?;
-                // The typed prompt's path goes first.
-                sent.insert(
-                    0,
-                    Sent {
-                        session: typed.0.to_string(),
-                        text,
-                        at: clock.ns(t),
-                        first_chunk: clock.ns(first),
-                    },
-                );
+                if !typed_first {
+                    let (ms, typed) = typed_prompt(&cx, &mut chunks, &work, side, n, clock).await?;
+                    f.typed_first_chunk_ms = ms;
+                    // The typed prompt's path goes first.
+                    sent.insert(0, typed);
+                }
                 for _ in 2..SESSIONS {
                     cx.send_request(NewSessionRequest::new(work.clone()))
                         .block_task()
@@ -399,6 +397,47 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(figures)
+}
+
+/// A user creates a session and types for a while before its first prompt: that prompt's
+/// time to the first chunk (ms) and its path's ends.
+async fn typed_prompt(
+    cx: &ConnectionTo<Agent>,
+    chunks: &mut mpsc::UnboundedReceiver<Instant>,
+    work: &std::path::Path,
+    side: Side,
+    n: usize,
+    clock: common::Clock,
+) -> anyhow::Result<(f64, Sent)> {
+    // In a project of its own, the CLI finds no earlier session's files in it.
+    let work = if std::env::var_os("BENCH_ACP_TYPED_OWN_DIR").is_some() {
+        let own = work.with_file_name("typed-work");
+        std::fs::create_dir_all(&own)?;
+        own
+    } else {
+        work.to_path_buf()
+    };
+    let typed = cx
+        .send_request(NewSessionRequest::new(work))
+        .block_task()
+        .await?
+        .session_id;
+    tokio::time::sleep(TYPING).await;
+    while chunks.try_recv().is_ok() {}
+    let text = format!("typed ping {side:?} {n}");
+    let t = Instant::now();
+    let answer = cx.send_request(prompt(&typed, &text));
+    let first = chunks.recv().await.unwrap_or_else(Instant::now);
+    answer.block_task().await?;
+    Ok((
+        first.duration_since(t).as_secs_f64() * 1e3,
+        Sent {
+            session: typed.0.to_string(),
+            text,
+            at: clock.ns(t),
+            first_chunk: clock.ns(first),
+        },
+    ))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -578,6 +617,35 @@ async fn bare_cli_first_prompt(
             }
         }
     }
+    // A session before it in the same home and project, with the same turns and left
+    // running, as each agent's typed session has: the CLI's second session is slower to its
+    // first request than its first (docs/BENCHMARKS.md). `BENCH_BARE_FRESH` leaves it out.
+    let _earlier = if std::env::var_os("BENCH_BARE_FRESH").is_none() {
+        let mut cli = ClaudeSession::spawn(opts.clone(), Arc::new(DenyAll))?;
+        cli.initialize(None, serde_json::json!({})).await?;
+        cli.warm_up(&uuid::Uuid::new_v4().to_string(), Duration::from_secs(10))
+            .await
+            .map_err(|e| anyhow::anyhow!("bare CLI warm-up: {e}"))?;
+        for i in 0..=LATER {
+            cli.send_user(
+                serde_json::json!(format!("ping Bare {round} #{i}")),
+                None,
+                None,
+            )
+            .await?;
+            while let Some(frame) = tokio::time::timeout(Duration::from_secs(30), cli.next_frame())
+                .await
+                .context("the earlier bare CLI did not answer")?
+            {
+                if frame?.kind == FrameKind::Result {
+                    break;
+                }
+            }
+        }
+        Some(cli)
+    } else {
+        None
+    };
     // Timed from the spawn, as claude-host's CLI is started at `session/new`: the prompt
     // meets the CLI at the same point of its start-up work.
     let spawned = Instant::now();
@@ -632,9 +700,14 @@ fn report_floor(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
     let bare = median(floor.to_vec());
     let typed = |v: &[Figures]| median(v.iter().map(|f| f.typed_first_chunk_ms).collect());
     let (ours, theirs) = (typed(ours), typed(theirs));
+    let history = if std::env::var_os("BENCH_BARE_FRESH").is_some() {
+        "alone"
+    } else {
+        "a second session after one of the same turns"
+    };
     println!();
     println!(
-        "floor: the bare CLI, warmed up and cut, first prompt 2 s after its spawn → first text delta: \
+        "floor: the bare CLI ({history}), warmed up and cut, first prompt 2 s after its spawn → first text delta: \
          {bare:.1} ms ({lo:.1}..{hi:.1}); claude-host adds {:.1} ms; the peer's figure over this \
          floor: {:.2}× (the most any host could reach with this CLI's warm-up)",
         ours - bare,

@@ -114,9 +114,14 @@ fn main() -> anyhow::Result<()> {
         return translate::run(&bin, runs, config);
     }
 
-    // The fake runs on its own thread so the load client's runtime does not share its queue.
+    // The fake runs on its own thread so the load client's runtime does not share its queue;
+    // `BENCH_FAKE_THREADS` gives it more (an experiment on where the probes' stalls come from).
+    let fake_threads = match std::env::var("BENCH_FAKE_THREADS") {
+        Ok(n) => n.parse().context("BENCH_FAKE_THREADS: a number")?,
+        Err(_) => 1,
+    };
     let fake_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(fake_threads)
         .enable_all()
         .build()?;
     let pacing = Pacing::from_env()?;

@@ -28,7 +28,10 @@ use agent_client_protocol::v1::schema::{
     InitializeRequest, LoadSessionRequest, SessionNotification,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
-use ahp::ClientConfig;
+use ahp::{ClientConfig, SubscriptionEvent};
+use ahp_types::actions::StateAction;
+use ahp_types::commands::SubscribeView;
+use ahp_types::state::SnapshotState;
 use anyhow::{Context, bail};
 use claude_host_testkit::long_transcript;
 use serde_json::{Value, json};
@@ -175,14 +178,33 @@ struct Open {
     wall: Duration,
     turns: usize,
     snapshot_bytes: usize,
+    paging: Option<(Duration, usize)>,
     idle_kib: u64,
     peak_kib: u64,
     left_kib: u64,
     closed_kib: u64,
-    /// Anonymous memory (`RssAnon`: heap, arenas, stacks) idle and after the close: what the
-    /// host holds, without the binary's file-backed code pages the restore paged in (clean,
-    /// shared with every other claude-host process, and dropped first under pressure).
+    /// RSS after the same session was opened and closed a second time: whether a host that
+    /// keeps opening long sessions keeps growing, or settles where the first close left it.
+    reclosed_kib: u64,
+    /// Anonymous memory (`RssAnon`: heap, arenas, stacks) idle, after the close and after the
+    /// second close: what the host holds, without the binary's file-backed code pages the
+    /// restore paged in (clean, shared with every other claude-host process, and dropped first
+    /// under pressure).
     idle_anon_kib: u64,
+    closed_anon_kib: u64,
+    reclosed_anon_kib: u64,
+}
+
+/// One client's open of the session, until the session closed after it.
+struct OpenOnce {
+    wall: Duration,
+    /// The turns the client held in the end (after paging in the older ones).
+    turns: usize,
+    snapshot_bytes: usize,
+    /// With a window: how long paging in every older turn took, in how many `fetchTurns`.
+    paging: Option<(Duration, usize)>,
+    left_kib: u64,
+    closed_kib: u64,
     closed_anon_kib: u64,
 }
 
@@ -212,6 +234,35 @@ async fn ahp_open(bin: &Path, f: &Fixture, view_turns: Option<i64>) -> anyhow::R
     let idle_kib = common::rss_kib(pid);
     let idle_anon_kib = status_kib(pid, "RssAnon:");
     keep_smaps(pid, "idle");
+    let first = open_once(c, pid, f, view_turns).await?;
+    let peak_kib = status_kib(pid, "VmHWM:");
+    keep_smaps(pid, "closed");
+    let c = common::ahp_client(&url, "restore-bench", ClientConfig::default()).await?;
+    let again = open_once(c, pid, f, view_turns).await?;
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(Open {
+        wall: first.wall,
+        turns: first.turns,
+        snapshot_bytes: first.snapshot_bytes,
+        paging: first.paging,
+        idle_kib,
+        peak_kib,
+        left_kib: first.left_kib,
+        closed_kib: first.closed_kib,
+        reclosed_kib: again.closed_kib,
+        idle_anon_kib,
+        closed_anon_kib: first.closed_anon_kib,
+        reclosed_anon_kib: again.closed_anon_kib,
+    })
+}
+
+async fn open_once(
+    c: ahp::Client,
+    pid: u32,
+    f: &Fixture,
+    view_turns: Option<i64>,
+) -> anyhow::Result<OpenOnce> {
     let session = format!("claude:/{}", f.generated.session_id);
     let start = Instant::now();
     let s: Value = c
@@ -222,23 +273,54 @@ async fn ahp_open(bin: &Path, f: &Fixture, view_turns: Option<i64>) -> anyhow::R
         .as_str()
         .context("the session's snapshot has no default chat")?
         .to_owned();
-    let snap: Value = c
-        .request(
-            "subscribe",
-            match view_turns {
-                Some(n) => json!({"channel": chat, "view": {"turns": n}}),
-                None => json!({"channel": chat}),
-            },
+    let (snap, mut live) = c
+        .subscribe_with_options(
+            chat.clone(),
+            None,
+            view_turns.map(|n| SubscribeView { turns: Some(n) }),
         )
         .await
         .context("subscribing to the chat")?;
     let wall = start.elapsed();
-    let turns = snap["snapshot"]["state"]["turns"]
-        .as_array()
-        .map_or(0, Vec::len);
-    let snapshot_bytes = snap.to_string().len();
-    drop(snap);
-    let peak_kib = status_kib(pid, "VmHWM:");
+    let snapshot_bytes = serde_json::to_string(&snap)?.len();
+    let Some(SnapshotState::Chat(state)) = snap.snapshot.map(|s| s.state) else {
+        anyhow::bail!("the chat's snapshot is not a chat");
+    };
+    let mut turns = state.turns.len();
+    // A windowed client pages in every older turn, as a reader scrolling back to the start.
+    let mut paging = None;
+    if let Some(mut cursor) = state.turns_next_cursor {
+        let start = Instant::now();
+        let mut pages = 0;
+        loop {
+            let _: Value = c
+                .request("fetchTurns", json!({"channel": chat, "cursor": cursor}))
+                .await
+                .context("fetchTurns")?;
+            pages += 1;
+            let loaded = loop {
+                match tokio::time::timeout(Duration::from_secs(30), live.recv())
+                    .await
+                    .context("no chat/turnsLoaded in 30 s")?
+                {
+                    Some(SubscriptionEvent::Action(a)) => {
+                        if let StateAction::ChatTurnsLoaded(l) = a.action {
+                            break l;
+                        }
+                    }
+                    Some(_) => {}
+                    None => anyhow::bail!("the chat's subscription ended while paging"),
+                }
+            };
+            turns += loaded.turns.len();
+            match loaded.turns_next_cursor {
+                Some(next) => cursor = next,
+                None => break,
+            }
+        }
+        paging = Some((start.elapsed(), pages));
+    }
+    drop(live);
     c.unsubscribe(chat).await?;
     c.unsubscribe(session).await?;
     c.shutdown().await;
@@ -248,21 +330,14 @@ async fn ahp_open(bin: &Path, f: &Fixture, view_turns: Option<i64>) -> anyhow::R
     // The session closes itself a second after its last subscriber left (a host without
     // `--restored-idle-secs` refuses to start: see `bench-restore.sh`).
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let closed_kib = common::rss_kib(pid);
-    let closed_anon_kib = status_kib(pid, "RssAnon:");
-    keep_smaps(pid, "closed");
-    let _ = child.kill();
-    let _ = child.wait();
-    Ok(Open {
+    Ok(OpenOnce {
         wall,
         turns,
         snapshot_bytes,
-        idle_kib,
-        peak_kib,
+        paging,
         left_kib,
-        closed_kib,
-        idle_anon_kib,
-        closed_anon_kib,
+        closed_kib: common::rss_kib(pid),
+        closed_anon_kib: status_kib(pid, "RssAnon:"),
     })
 }
 
@@ -393,7 +468,7 @@ async fn main() -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("claude-host-restore-bench-{}", std::process::id()));
     println!("restoring long sessions (each its own process; RSS in MiB, times in s)");
     println!(
-        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | AHP open of the newest {VIEW_TURNS} turns: time, snapshot, serve's peak | serve RSS idle → peak → client left → session closed (anonymous idle → closed) | ACP load: time, peak RSS, updates |"
+        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | AHP open of the newest {VIEW_TURNS} turns: time, snapshot, serve's peak; then every older turn paged in: time, fetchTurns | serve RSS idle → peak → client left → session closed → opened and closed again (anonymous idle → closed → again) | ACP load: time, peak RSS, updates |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for mb in &sizes {
@@ -408,9 +483,15 @@ async fn main() -> anyhow::Result<()> {
         let fork = run_measured(&bin, &f, &["sessions", "fork", &id, "--json"])?;
         let open = ahp_open(&bin, &f, None).await?;
         let newest = ahp_open(&bin, &f, Some(VIEW_TURNS)).await?;
+        anyhow::ensure!(
+            newest.turns == open.turns,
+            "paged in {} turns, against {} in the whole snapshot",
+            newest.turns,
+            open.turns
+        );
         let (load, load_peak, updates) = acp_load(&bin, &f).await?;
         println!(
-            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.2}, {:.2} MB, {:.0} | {:.0} → {:.0} → {:.0} → {:.0} (anon {:.1} → {:.1}) | {:.2}, {:.0}, {updates} |",
+            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.2}, {:.2} MB, {:.0}; {} | {:.0} → {:.0} → {:.0} → {:.0} → {:.0} (anon {:.1} → {:.1} → {:.1}) | {:.2}, {:.0}, {updates} |",
             f.generated.lines,
             open.turns,
             secs(show.wall),
@@ -425,12 +506,18 @@ async fn main() -> anyhow::Result<()> {
             secs(newest.wall),
             newest.snapshot_bytes as f64 / MB as f64,
             mib(newest.peak_kib),
+            match newest.paging {
+                Some((t, pages)) => format!("{:.2}, {pages}", secs(t)),
+                None => "nothing older".to_owned(),
+            },
             mib(open.idle_kib),
             mib(open.peak_kib),
             mib(open.left_kib),
             mib(open.closed_kib),
+            mib(open.reclosed_kib),
             open.idle_anon_kib as f64 / 1024.0,
             open.closed_anon_kib as f64 / 1024.0,
+            open.reclosed_anon_kib as f64 / 1024.0,
             secs(load),
             mib(load_peak),
         );

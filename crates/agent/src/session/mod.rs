@@ -157,6 +157,15 @@ impl SessionSnapshot {
     }
 }
 
+/// One of a session's chats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WhichChat {
+    /// The session's own chat, whatever URI a client knows it by.
+    Default,
+    /// The chat (the default one or a subagent's) whose resource is this URI.
+    Uri(String),
+}
+
 /// What a subscriber receives.
 #[derive(Debug, Clone)]
 pub enum SessionEvent {
@@ -397,6 +406,23 @@ impl SessionHandle {
     /// The state now.
     pub async fn snapshot(&self) -> Result<SessionSnapshot, ChatSessionError> {
         self.ask(|reply| Command::Snapshot { reply }).await
+    }
+
+    /// What `read` takes from chat `chat`'s state now; `None` when the session has no such
+    /// chat. Only what `read` copies is copied, so a page of a long chat costs a page, not the
+    /// chat; it runs on the session's task, so it must be quick.
+    pub async fn read_chat<T: Send + 'static>(
+        &self,
+        chat: WhichChat,
+        read: impl FnOnce(&ChatState) -> T + Send + 'static,
+    ) -> Result<Option<T>, ChatSessionError> {
+        self.ask(|reply| Command::ReadChat {
+            chat,
+            read: Box::new(move |state| {
+                let _ = reply.send(state.map(read));
+            }),
+        })
+        .await
     }
 
     /// The default chat's state now (an empty chat once the session is closed).

@@ -108,6 +108,12 @@ pub(crate) enum Command {
     Snapshot {
         reply: oneshot::Sender<SessionSnapshot>,
     },
+    /// Runs `read` on one chat's state (`None`: the session has no such chat), on the
+    /// session's task: what it copies out is all that is copied.
+    ReadChat {
+        chat: super::WhichChat,
+        read: ChatReader,
+    },
     Prompt {
         text: String,
         done: Done,
@@ -688,6 +694,9 @@ pub(super) fn give_back_freed_memory() {
     }
 }
 
+/// A reading of one chat's state (`None`: no such chat), run on the session's task.
+pub(super) type ChatReader = Box<dyn FnOnce(Option<&ChatState>) + Send>;
+
 /// An empty chat state, as a new session's chat starts.
 pub fn empty_chat(uri: &str, title: &str) -> ChatState {
     ChatState {
@@ -1095,6 +1104,16 @@ impl Task {
                 let out = self.snapshot();
                 self.deliver(reply, out);
             }
+            Command::ReadChat { chat, read } => {
+                self.sync_status();
+                let state = match chat {
+                    super::WhichChat::Default => Some(&self.chat),
+                    super::WhichChat::Uri(uri) => std::iter::once(&self.chat)
+                        .chain(self.subagents.iter().map(|s| &s.chat))
+                        .find(|c| c.resource == uri),
+                };
+                read(state);
+            }
             Command::Prompt { text, done } => self.prompt(text, done).await,
             Command::Dispatch {
                 kind,
@@ -1381,6 +1400,7 @@ fn refuse_command(cmd: Command) {
         Command::Subscribe { .. }
         | Command::Replay { .. }
         | Command::Snapshot { .. }
+        | Command::ReadChat { .. }
         | Command::Dispatch { .. }
         | Command::SlashCommands { .. }
         | Command::ActiveClient(_)

@@ -1,6 +1,8 @@
 //! Subagents as child chats: live from the CLI's frames, and restored from their transcripts.
 
 use super::*;
+use ahp_types::state::ChatState;
+use claude_host_agent::WhichChat;
 use claude_host_testkit::fake::{Match, Reply, Rule};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -156,6 +158,18 @@ async fn a_subagent_call_gets_a_child_chat_live_and_again_after_a_restart() {
     let live_calls = tool_calls(&live_turn);
     assert_eq!(live_calls.len(), 1, "{live_turn}");
     assert_eq!(live_calls[0].1, "Bash");
+    // Reading one chat gives that chat's turns and nothing else.
+    let ids = |c: &ChatState| c.turns.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    let read = s.read_chat(WhichChat::Uri(child.clone()), ids).await;
+    assert_eq!(read.unwrap(), Some(ids(&live_child)));
+    let read = s.read_chat(WhichChat::Default, ids).await;
+    assert_eq!(read.unwrap(), Some(ids(&snap.chat)));
+    let read = s.read_chat(WhichChat::Uri(chat.clone()), ids).await;
+    assert_eq!(read.unwrap(), Some(ids(&snap.chat)));
+    let read = s
+        .read_chat(WhichChat::Uri(format!("{child}-none")), ids)
+        .await;
+    assert_eq!(read.unwrap(), None);
 
     // After a restart, the same child turn comes back from the subagent's transcript.
     let id = s.id().to_owned();

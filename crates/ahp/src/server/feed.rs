@@ -16,7 +16,7 @@ use ahp_types::actions::{ActionEnvelope, ChatTurnsLoadedAction, StateAction};
 use ahp_types::commands::SubscribeResult;
 use ahp_types::state::{SnapshotState, Turn};
 use claude_host_agent::{
-    ChannelKind, Published, SessionEvent, SessionHandle, SessionSubscription, trace,
+    ChannelKind, Published, SessionEvent, SessionHandle, SessionSubscription, WhichChat, trace,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -354,20 +354,22 @@ fn no_window(cursor: Option<&str>) -> Result<Value, RpcError> {
     }
 }
 
-/// The completed turns of chat `uri` now.
-async fn turns_now(
+/// What `read` takes from the completed turns of chat `uri` (a chat or subagent channel).
+async fn read_turns<T: Send + 'static>(
     handle: &SessionHandle,
     uri: &str,
     kind: &ChannelKind,
-) -> Result<Vec<Turn>, RpcError> {
-    let s = handle
-        .snapshot()
+    read: impl FnOnce(&[Turn]) -> T + Send + 'static,
+) -> Result<T, RpcError> {
+    let chat = match kind {
+        ChannelKind::Chat => WhichChat::Default,
+        _ => WhichChat::Uri(uri.to_owned()),
+    };
+    handle
+        .read_chat(chat, move |c| read(&c.turns))
         .await
-        .map_err(|e| RpcError::new(code::SESSION_NOT_FOUND, format!("{uri}: {e}")))?;
-    match Host::snapshot_of(uri, kind, s).map(|s| s.state) {
-        Some(SnapshotState::Chat(chat)) => Ok(chat.turns),
-        _ => Err(no_chat(uri)),
-    }
+        .map_err(|e| RpcError::new(code::SESSION_NOT_FOUND, format!("{uri}: {e}")))?
+        .ok_or_else(|| no_chat(uri))
 }
 
 /// A subscribed or fetched channel the session does not have.
@@ -413,11 +415,14 @@ async fn fetch_turns(
     {
         return Err(RpcError::invalid_params(format!("unknown cursor {c:?}")));
     }
-    let mut turns = turns_now(handle, uri, &w.kind).await?;
-    let end = w.start.min(turns.len());
-    let begin = end.saturating_sub(w.page);
-    turns.truncate(end);
-    let page = turns.split_off(begin);
+    let (start, page) = (w.start, w.page);
+    // Only the page is copied out of the session, however long the chat.
+    let (begin, page) = read_turns(handle, uri, &w.kind, move |turns| {
+        let end = start.min(turns.len());
+        let begin = end.saturating_sub(page);
+        (begin, turns[begin..end].to_vec())
+    })
+    .await?;
     let next = if begin > 0 {
         w.start = begin;
         Some(w.cursor())
@@ -440,18 +445,20 @@ async fn complete_window(
     turn: &str,
     seq: u64,
 ) -> bool {
-    match turns_now(handle, uri, &w.kind).await {
-        Ok(mut turns) => {
-            let older = turns
-                .iter()
-                .position(|t| t.id == turn)
-                .is_some_and(|i| i < w.start);
-            if older {
-                turns.truncate(w.start);
-                send_loaded(conn, uri, seq, turns, None);
-            }
-            older
+    let (start, turn) = (w.start, turn.to_owned());
+    // The turns the client lacks, copied only when the kept turn is among them.
+    let older = read_turns(handle, uri, &w.kind, move |turns| {
+        turns[..start.min(turns.len())]
+            .iter()
+            .any(|t| t.id == turn)
+            .then(|| turns[..start.min(turns.len())].to_vec())
+    });
+    match older.await {
+        Ok(Some(turns)) => {
+            send_loaded(conn, uri, seq, turns, None);
+            true
         }
+        Ok(None) => false,
         Err(e) => {
             tracing::warn!(channel = %uri, error = %e.message, "cannot load a truncated chat's older turns for a client");
             false
