@@ -2,7 +2,8 @@
 # ACP benchmark (results in docs/BENCHMARKS.md): `claude-host acp` against
 # @zed-industries/claude-agent-acp (installed here from npm), same client, CLI and fake upstream.
 #
-#   scripts/bench-acp.sh [ROUNDS]
+#   scripts/bench-acp.sh [ROUNDS]     (8 by default: fewer leave the typed first prompt's median
+#                                      noisier than its 5 ms target)
 #
 # The peer and the bare CLI reach the fake through `claude-host proxy` in a process of its own.
 # Knobs for comparisons (docs/BENCHMARKS.md): BENCH_ACP_PROXY=in-process (that proxy inside the
@@ -21,4 +22,4 @@ if [ ! -f "$PEER" ]; then
   npm install --prefix "$PEER_DIR" --no-audit --no-fund "@zed-industries/claude-agent-acp@$PEER_VERSION" >&2
 fi
 cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin acp-bench
-exec "${CARGO_TARGET_DIR:-target}/release/acp-bench" "$PEER" "${1:-5}"
+exec "${CARGO_TARGET_DIR:-target}/release/acp-bench" "$PEER" "${1:-8}"
