@@ -448,10 +448,11 @@ async fn complete_window(
     let (start, turn) = (w.start, turn.to_owned());
     // The turns the client lacks, copied only when the kept turn is among them.
     let older = read_turns(handle, uri, &w.kind, move |turns| {
-        turns[..start.min(turns.len())]
+        let lacking = &turns[..start.min(turns.len())];
+        lacking
             .iter()
             .any(|t| t.id == turn)
-            .then(|| turns[..start.min(turns.len())].to_vec())
+            .then(|| lacking.to_vec())
     });
     match older.await {
         Ok(Some(turns)) => {
