@@ -68,7 +68,7 @@ fi
 # The suite's own dependencies (playwright-core), from its lock file.
 (cd "$root/e2e/vscode" && npm ci --silent --no-audit --no-fund)
 
-# The host and the fake upstream.
+# The host, the fake upstream and the writer of long sessions.
 cli=${CLAUDE_HOST_TEST_CLI:-$HOME/.cache/claude-host-test/cli/2.1.330/node_modules/@anthropic-ai/claude-code-linux-x64/claude}
 if [ ! -x "$cli" ]; then
   say "no pinned Claude Code CLI at $cli (set CLAUDE_HOST_TEST_CLI)"
@@ -78,11 +78,13 @@ fi
 # another set of packages resolves features differently and would rebuild the dependencies).
 if [ "${CLAUDE_HOST_E2E_SKIP_BUILD:-}" != 1 ]; then
   say "building claude-host and fake-upstream"
-  (cd "$root" && cargo build --quiet -p claude-host --bin claude-host -p claude-host-testkit --bin fake-upstream)
+  (cd "$root" && cargo build --quiet -p claude-host --bin claude-host -p claude-host-testkit --bin fake-upstream --bin long-transcript)
 fi
 
-export E2E_CLAUDE_HOST=$target/debug/claude-host
+# CLAUDE_HOST_E2E_HOST_BINARY: another claude-host (scripts/bench-vscode-open.sh runs a release one).
+export E2E_CLAUDE_HOST=${CLAUDE_HOST_E2E_HOST_BINARY:-$target/debug/claude-host}
 export E2E_FAKE_UPSTREAM=$target/debug/fake-upstream
+export E2E_LONG_TRANSCRIPT=$target/debug/long-transcript
 export E2E_CODE_SERVER=$cs
 export E2E_CHROMIUM=$chromium
 export E2E_CLAUDE_CLI=$cli
@@ -93,9 +95,10 @@ cd "$root/e2e/vscode"
 start=$(date +%s)
 status=0
 # CLAUDE_HOST_E2E_SKIP: scenario files left out, by name, each said aloud (for one failing for
-# a known, open reason while it is worked on; CI leaves out none).
+# a known, open reason while it is worked on; CI leaves out none). CLAUDE_HOST_E2E_FILES: the
+# files to run instead of every *.test.mjs (a benchmark's *.bench.mjs).
 files=()
-for f in ./*.test.mjs; do
+for f in ${CLAUDE_HOST_E2E_FILES:-./*.test.mjs}; do
   case " ${CLAUDE_HOST_E2E_SKIP:-} " in
     *" ${f#./} "*) say "SKIPPED ${f#./} (CLAUDE_HOST_E2E_SKIP)" ;;
     *) files+=("$f") ;;

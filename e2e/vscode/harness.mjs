@@ -5,7 +5,7 @@
 
 import { spawn, execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,6 +27,7 @@ export const paths = {
   codeServer: () => need('E2E_CODE_SERVER'),
   chromium: () => need('E2E_CHROMIUM'),
   cli: () => need('E2E_CLAUDE_CLI'),
+  longTranscript: () => need('E2E_LONG_TRANSCRIPT'),
   out: () => need('E2E_OUT'),
 };
 
@@ -136,9 +137,10 @@ export class Fake {
 
 /** `claude-host serve` with a home of its own, against the fake. */
 export class Host {
-  constructor({ fake, dir, signedIn, log }) {
+  constructor({ fake, dir, signedIn, env = {}, log }) {
     this.fake = fake;
     this.dir = dir;
+    this.extraEnv = env;
     this.home = join(dir, 'host-home');
     this.work = join(dir, 'work');
     mkdirSync(this.work, { recursive: true });
@@ -163,7 +165,7 @@ export class Host {
     };
     // The credential `claude-host login` would store; the fake accepts this token.
     if (this.signedIn) env.GH_TOKEN = 'gho_fake_github_token';
-    return env;
+    return { ...env, ...this.extraEnv };
   }
 
   /** Starts (or starts again, on the same port) and waits for `READY:<port>`. */
@@ -201,6 +203,35 @@ export class Host {
   /** The host's sessions (`claude-host sessions list`). */
   async sessions() {
     return (await this.json('sessions', 'list')).sessions;
+  }
+
+  /**
+   * Writes a generated session of about `bytes` (the testkit's `long-transcript`) that the
+   * host lists, with its first prompt and its last answer given texts of their own; its id
+   * and sidebar title.
+   */
+  async longSession(bytes, { oldest, newest }) {
+    const { stdout } = await run(paths.longTranscript(), [
+      join(this.dir, '.claude'),
+      this.work,
+      String(bytes),
+    ]);
+    const { sessionId, path } = JSON.parse(stdout);
+    let text = readFileSync(path, 'utf8');
+    // The first user message (a queue-operation line before it carries the same text).
+    const first = /"role": ?"user", ?"content": ?"write a file then run echo"/;
+    if (!first.test(text)) throw new Error(`no first prompt in ${path}`);
+    text = text.replace(first, `"role":"user","content":${JSON.stringify(oldest)}`);
+    const last = '"Hello from the fake server."';
+    const at = text.lastIndexOf(last);
+    if (at < 0) throw new Error(`no last answer in ${path}`);
+    text = `${text.slice(0, at)}${JSON.stringify(newest)}${text.slice(at + last.length)}`;
+    writeFileSync(path, text);
+    const listed = await waitFor(async () => {
+      const s = await this.sessions();
+      return s.find((x) => x.id === sessionId);
+    }, `session ${sessionId} in \`claude-host sessions list\``);
+    return { id: sessionId, title: listed.summary };
   }
 
   /** A session's conversation (`claude-host sessions show`). */
@@ -340,7 +371,7 @@ export class Browser {
 
 /** Everything one test needs, stopped in reverse order by `close()`. */
 export class Rig {
-  static async start(t, { signedIn = true, settings = {} } = {}) {
+  static async start(t, { signedIn = true, settings = {}, hostEnv = {} } = {}) {
     const name = t.name.replace(/[^a-z0-9]+/gi, '-').toLowerCase();
     const dir = mkdtempSync(join(tmpdir(), 'claude-host-e2e-'));
     const out = join(paths.out(), name);
@@ -349,7 +380,7 @@ export class Rig {
     const rig = new Rig(dir, out);
     try {
       rig.fake = await Fake.start(rig.logs.fake);
-      rig.host = new Host({ fake: rig.fake, dir, signedIn, log: rig.logs.host });
+      rig.host = new Host({ fake: rig.fake, dir, signedIn, env: hostEnv, log: rig.logs.host });
       await rig.host.start();
       rig.codeServer = new CodeServer({ host: rig.host, dir, settings, log: rig.logs.codeServer });
       await rig.codeServer.start();

@@ -52,13 +52,22 @@ pub struct HostConfig {
     pub replay_buffer: usize,
     /// Suggested directory for remote browsing (`defaultDirectory`).
     pub default_directory: Option<PathBuf>,
+    /// The newest completed turns a chat's snapshot holds for a client that asks for no
+    /// window (`view.turns`), behind a first turn that says how many are left out; `None`:
+    /// every turn. VS Code asks for none and takes ~16 ms a turn to open a chat, so a
+    /// 3,600-turn session froze it for a minute (docs/AHP.md, "Long sessions").
+    pub chat_turns: Option<usize>,
 }
+
+/// [`HostConfig::chat_turns`] unless set otherwise.
+pub const DEFAULT_CHAT_TURNS: usize = 100;
 
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
             replay_buffer: 4096,
             default_directory: None,
+            chat_turns: Some(DEFAULT_CHAT_TURNS),
         }
     }
 }
@@ -275,7 +284,10 @@ impl Host {
                 SnapshotState::Terminal(Box::new(state))
             }
             ChannelKind::Changeset(scope) => {
+                // The marker of a bounded snapshot is a turn to its client, which asks for
+                // its changes as for any other: it has none.
                 if let claude_host_agent::edits::Scope::Turn(t) = scope
+                    && t != crate::server::OLDER_TURNS_ID
                     && !s.chat.turns.iter().any(|x| x.id == *t)
                     && s.chat.active_turn.as_ref().is_none_or(|a| a.id != *t)
                 {
@@ -310,6 +322,17 @@ impl Host {
                 let s = handle.snapshot().await.ok()?;
                 Some(Self::snapshot_of(uri, &kind, s)?.state)
             }
+        }
+    }
+
+    /// How many of a chat's completed turns a snapshot holds for a client that asked for
+    /// `view_turns` (`view.turns`) or, without it, the host's bound.
+    pub(crate) fn turns_shown(&self, view_turns: Option<usize>) -> crate::server::TurnsShown {
+        use crate::server::TurnsShown;
+        match (view_turns, self.config.chat_turns) {
+            (Some(n), _) => TurnsShown::Asked(n),
+            (None, Some(n)) => TurnsShown::Bounded(n),
+            (None, None) => TurnsShown::All,
         }
     }
 

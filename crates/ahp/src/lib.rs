@@ -23,6 +23,6 @@ pub mod fuzzing {
     pub use crate::server::{ClientMessage, read_message};
 }
 
-pub use host::{Host, HostConfig};
+pub use host::{DEFAULT_CHAT_TURNS, Host, HostConfig};
 pub use root::ROOT;
-pub use server::{ServeConfig, ServerHandle, start};
+pub use server::{OLDER_TURNS_ID, ServeConfig, ServerHandle, start};

@@ -3,6 +3,9 @@
 //! queue per connection so a slow reader never stalls anyone else.
 
 mod feed;
+
+pub use feed::OLDER_TURNS_ID;
+pub(crate) use feed::TurnsShown;
 mod order;
 
 use crate::host::{Host, Target};
@@ -887,7 +890,8 @@ async fn subscribe(
                 .and_then(|v| v.get("turns"))
                 .and_then(Value::as_i64)
                 .map(|n| usize::try_from(n).unwrap_or(0));
-            conn.subscribe_in_feed(handle, uri, kind, id, snapshot_taken, view_turns)
+            let shown = host.turns_shown(view_turns);
+            conn.subscribe_in_feed(handle, uri, kind, id, snapshot_taken, shown)
         }
         Ok(Target::Root) => {
             // The old stream has stopped before the new snapshot is taken.
@@ -980,7 +984,28 @@ async fn reconnect(host: &Arc<Host>, conn: &Arc<Conn>, id: &Value, params: &Valu
 #[derive(Default)]
 struct Opening {
     root: Option<broadcast::Receiver<Arc<Published>>>,
-    sessions: Vec<(SessionHandle, SessionSubscription, HashMap<String, u64>)>,
+    sessions: Vec<OpenedSession>,
+}
+
+/// A session whose channels a handshake opened.
+struct OpenedSession {
+    handle: SessionHandle,
+    sub: SessionSubscription,
+    /// Channel URI → the `serverSeq` after which its actions are new to the client.
+    from: HashMap<String, u64>,
+    /// The chats the client holds only the newest turns of.
+    windows: HashMap<String, feed::Window>,
+}
+
+impl OpenedSession {
+    fn new(handle: SessionHandle, sub: SessionSubscription) -> Self {
+        OpenedSession {
+            handle,
+            sub,
+            from: HashMap::new(),
+            windows: HashMap::new(),
+        }
+    }
 }
 
 impl Opening {
@@ -989,8 +1014,8 @@ impl Opening {
             conn.forward_root_notifications(host.notifications());
             conn.forward_root(rx);
         }
-        for (handle, sub, from) in self.sessions {
-            conn.start_feed(handle, Some(sub), from);
+        for s in self.sessions {
+            conn.start_feed(s.handle, Some(s.sub), s.from, s.windows);
         }
     }
 
@@ -998,7 +1023,7 @@ impl Opening {
     fn session(&self, handle: &SessionHandle) -> Option<usize> {
         self.sessions
             .iter()
-            .position(|(h, ..)| h.id() == handle.id())
+            .position(|s| s.handle.id() == handle.id())
     }
 }
 
@@ -1021,7 +1046,7 @@ async fn open_channels(host: &Host, uris: &[String]) -> (Vec<Snapshot>, Vec<Stri
                     Some(at) => at,
                     None => match handle.subscribe().await {
                         Ok((state, sub)) => {
-                            opening.sessions.push((handle, sub, HashMap::new()));
+                            opening.sessions.push(OpenedSession::new(handle, sub));
                             states.push(state);
                             states.len() - 1
                         }
@@ -1034,8 +1059,16 @@ async fn open_channels(host: &Host, uris: &[String]) -> (Vec<Snapshot>, Vec<Stri
                 let state = states[at].clone();
                 let seq = state.seq;
                 match Host::snapshot_of(uri, &kind, state) {
-                    Some(snapshot) => {
-                        opening.sessions[at].2.insert(uri.clone(), seq);
+                    Some(mut snapshot) => {
+                        let opened = &mut opening.sessions[at];
+                        // A handshake names channels only: a long chat gets the host's bound.
+                        let shown = host.turns_shown(None);
+                        if let Some(w) =
+                            feed::bound_chat(&mut snapshot, &kind, shown, opened.handle.id())
+                        {
+                            opened.windows.insert(uri.clone(), w);
+                        }
+                        opened.from.insert(uri.clone(), seq);
                         snapshots.push(snapshot);
                     }
                     None => missing.push(uri.clone()),
@@ -1070,19 +1103,19 @@ async fn replay_channels(
                     Some(at) => at,
                     None => {
                         let (session, sub) = handle.replay_after(last_seen).await.ok()??;
-                        opening.sessions.push((handle, sub, HashMap::new()));
+                        opening.sessions.push(OpenedSession::new(handle, sub));
                         replayed.push(session);
                         replayed.len() - 1
                     }
                 };
                 // The stream starts right after the replay: everything in it is new.
-                opening.sessions[at].2.insert(uri.clone(), last_seen);
+                opening.sessions[at].from.insert(uri.clone(), last_seen);
             }
             Err(_) => missing.push(uri.clone()),
         }
     }
     for (at, session) in replayed.into_iter().enumerate() {
-        let from = &opening.sessions[at].2;
+        let from = &opening.sessions[at].from;
         actions.extend(
             session
                 .into_iter()

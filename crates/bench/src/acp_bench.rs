@@ -129,6 +129,8 @@ struct Env {
     ours: PathBuf,
     peer: PathBuf,
     clock: common::Clock,
+    /// `BENCH_BARE_FRESH`: the bare CLI floor is a first and only CLI, not a second session.
+    bare_fresh: bool,
 }
 
 fn tree_rss(pid: u32) -> u64 {
@@ -500,6 +502,7 @@ async fn main() -> anyhow::Result<()> {
         ours,
         peer,
         clock,
+        bare_fresh: std::env::var_os("BENCH_BARE_FRESH").is_some(),
     };
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
@@ -517,7 +520,7 @@ async fn main() -> anyhow::Result<()> {
     }
     report(&ours, &theirs, rounds);
     let floor_ms: Vec<f64> = floor.iter().map(|(ms, _, _)| *ms).collect();
-    report_floor(&floor_ms, &ours, &theirs);
+    report_floor(&env, &floor_ms, &ours, &theirs);
     report_steps(&ours, &theirs, &floor);
     report_requests(&ours, &theirs, &floor);
     Ok(())
@@ -620,12 +623,10 @@ async fn bare_cli_first_prompt(
     // A session before it in the same home and project, with the same turns and left
     // running, as each agent's typed session has: the CLI's second session is slower to its
     // first request than its first (docs/BENCHMARKS.md). `BENCH_BARE_FRESH` leaves it out.
-    let _earlier = if std::env::var_os("BENCH_BARE_FRESH").is_none() {
-        let mut cli = ClaudeSession::spawn(opts.clone(), Arc::new(DenyAll))?;
-        cli.initialize(None, serde_json::json!({})).await?;
-        cli.warm_up(&uuid::Uuid::new_v4().to_string(), Duration::from_secs(10))
-            .await
-            .map_err(|e| anyhow::anyhow!("bare CLI warm-up: {e}"))?;
+    let _earlier = if env.bare_fresh {
+        None
+    } else {
+        let mut cli = started_bare_cli(opts.clone()).await?;
         for i in 0..=LATER {
             cli.send_user(
                 serde_json::json!(format!("ping Bare {round} #{i}")),
@@ -643,17 +644,11 @@ async fn bare_cli_first_prompt(
             }
         }
         Some(cli)
-    } else {
-        None
     };
     // Timed from the spawn, as claude-host's CLI is started at `session/new`: the prompt
     // meets the CLI at the same point of its start-up work.
     let spawned = Instant::now();
-    let mut cli = ClaudeSession::spawn(opts, Arc::new(DenyAll))?;
-    cli.initialize(None, serde_json::json!({})).await?;
-    cli.warm_up(&uuid::Uuid::new_v4().to_string(), Duration::from_secs(10))
-        .await
-        .map_err(|e| anyhow::anyhow!("bare CLI warm-up: {e}"))?;
+    let mut cli = started_bare_cli(opts).await?;
     tokio::time::sleep(TYPING.saturating_sub(spawned.elapsed())).await;
     let text = format!("typed ping Bare {round}");
     let t = Instant::now();
@@ -694,13 +689,23 @@ async fn bare_cli_first_prompt(
     Ok((first.duration_since(t).as_secs_f64() * 1e3, path, bytes))
 }
 
-fn report_floor(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
+/// A bare CLI spawned, initialized, warmed up and cut by the same SDK code claude-host uses.
+async fn started_bare_cli(opts: SessionOptions) -> anyhow::Result<ClaudeSession> {
+    let mut cli = ClaudeSession::spawn(opts, Arc::new(DenyAll))?;
+    cli.initialize(None, serde_json::json!({})).await?;
+    cli.warm_up(&uuid::Uuid::new_v4().to_string(), Duration::from_secs(10))
+        .await
+        .map_err(|e| anyhow::anyhow!("bare CLI warm-up: {e}"))?;
+    Ok(cli)
+}
+
+fn report_floor(env: &Env, floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
     let lo = floor.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = floor.iter().copied().fold(0.0, f64::max);
     let bare = median(floor.to_vec());
     let typed = |v: &[Figures]| median(v.iter().map(|f| f.typed_first_chunk_ms).collect());
     let (ours, theirs) = (typed(ours), typed(theirs));
-    let history = if std::env::var_os("BENCH_BARE_FRESH").is_some() {
+    let history = if env.bare_fresh {
         "alone"
     } else {
         "a second session after one of the same turns"

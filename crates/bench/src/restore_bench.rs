@@ -6,8 +6,9 @@
 //! - `sessions show ID --json`: wall and CPU time, peak RSS (under `/usr/bin/time`), and the
 //!   bytes it printed;
 //! - `sessions fork ID --json`: the same;
-//! - AHP open: a `claude-host serve`; a client (the official `ahp` crate over `ahp-ws`)
-//!   subscribes to the session, then to its default chat, until the chat's snapshot is in. The
+//! - AHP open: a `claude-host serve --chat-turns 0`; a client (the official `ahp` crate over
+//!   `ahp-ws`) subscribes to the session, then to its default chat with no `view`, until the
+//!   chat's snapshot, every turn, is in. The
 //!   host's RSS idle (before), at its peak (`VmHWM`), right after the client left, and after the
 //!   session closed itself (`--restored-idle-secs 1`);
 //! - AHP open of the newest 50 turns: the same, the chat subscribed with `view: {turns: 50}`
@@ -147,8 +148,8 @@ fn host_command(bin: &Path, f: &Fixture) -> Command {
         .env("HOME", &f.home)
         .env("CLAUDE_HOST_HOME", f.home.join("data"))
         .env("CLAUDE_HOST_LOG", "warn")
-        // Allocator tuning under test (e.g. MALLOC_ARENA_MAX) reaches the host.
-        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
+        // Allocator tuning under test (e.g. MALLOC_ARENA_MAX, GLIBC_TUNABLES) reaches the host.
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_") || k == "GLIBC_TUNABLES"))
         .current_dir(&f.work);
     // `serve` and `acp` look for the CLI at start (and would install it).
     if let Ok(cli) = claude_host_testkit::cli::pinned_cli() {
@@ -221,6 +222,10 @@ async fn ahp_open(bin: &Path, f: &Fixture, view_turns: Option<i64>) -> anyhow::R
             "0",
             "--restored-idle-secs",
             "1",
+            // The open with no `view` measures the whole chat, as before the host bounded
+            // it (a view-less subscribe now gets the newest 100 turns by default).
+            "--chat-turns",
+            "0",
         ])
         .env("CLAUDE_HOST_CONNECTION_TOKEN", TOKEN)
         .stdout(Stdio::piped())

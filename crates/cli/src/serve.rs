@@ -41,6 +41,16 @@ pub(crate) struct ServeArgs {
     /// Let clients choose the bypassPermissions mode.
     #[arg(long)]
     allow_bypass_permissions: bool,
+    /// The newest turns of a chat a client that asks for no window (VS Code) gets when it
+    /// opens a session, behind a first turn saying how many are left out; 0 sends every turn.
+    /// VS Code takes ~16 ms a turn to open a chat.
+    #[arg(
+        long,
+        env = "CLAUDE_HOST_CHAT_TURNS",
+        value_name = "N",
+        default_value_t = claude_host_ahp::DEFAULT_CHAT_TURNS
+    )]
+    chat_turns: usize,
 }
 
 /// Token characters VS Code accepts.
@@ -137,6 +147,7 @@ pub(crate) async fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<Exit
         agent,
         HostConfig {
             default_directory: Some(cwd),
+            chat_turns: (args.chat_turns > 0).then_some(args.chat_turns),
             ..Default::default()
         },
     )

@@ -7,14 +7,18 @@
 //! A client that subscribes to a chat with `view: {turns: N}` holds only its newest N completed
 //! turns; the feed remembers where that window starts and answers the client's `fetchTurns`
 //! with a `chat/turnsLoaded` sent to it alone (the session's state, and every other client,
-//! hold every turn).
+//! hold every turn). A client that asks for no window gets the host's bound on a long chat
+//! (`HostConfig::chat_turns`): the newest turns behind a first turn that says how many are left
+//! out, since VS Code takes 16 ms a turn to open a chat and pages nothing in (docs/AHP.md).
 
 use super::{Conn, lock};
 use crate::host::Host;
 use crate::rpc::{RpcError, code};
 use ahp_types::actions::{ActionEnvelope, ChatTurnsLoadedAction, StateAction};
 use ahp_types::commands::SubscribeResult;
-use ahp_types::state::{SnapshotState, Turn};
+use ahp_types::state::{
+    MarkdownResponsePart, MessageKind, ResponsePart, Snapshot, SnapshotState, Turn, TurnState,
+};
 use claude_host_agent::{
     ChannelKind, Published, SessionEvent, SessionHandle, SessionSubscription, WhichChat, trace,
 };
@@ -32,9 +36,8 @@ pub(super) enum FeedCmd {
         id: Value,
         /// Dropped once the snapshot is taken (`order`).
         taken: Option<oneshot::Sender<()>>,
-        /// The newest completed turns the client asked a chat's snapshot to hold
-        /// (`view.turns`); `None`: all of them.
-        view_turns: Option<usize>,
+        /// How many of a chat's completed turns its snapshot holds.
+        shown: TurnsShown,
     },
     /// Load older turns of a windowed chat into this client's state (`fetchTurns`), then
     /// answer request `id`.
@@ -47,8 +50,23 @@ pub(super) enum FeedCmd {
     Unsubscribe(String),
 }
 
+/// How many of a chat's completed turns a client's snapshot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnsShown {
+    /// Every turn.
+    All,
+    /// The newest N, as the client asked (`view.turns`).
+    Asked(usize),
+    /// The newest N, the host's bound for a client that asked for no window, behind a first
+    /// turn that says how many are left out.
+    Bounded(usize),
+}
+
+/// The id of the turn that stands for the turns a bounded snapshot leaves out.
+pub const OLDER_TURNS_ID: &str = "claude-host-older-turns";
+
 /// A chat this client holds only the newest turns of.
-struct Window {
+pub(super) struct Window {
     kind: ChannelKind,
     /// How many of the chat's oldest turns the client does not hold.
     start: usize,
@@ -70,16 +88,18 @@ fn key(session_id: &str) -> String {
 
 impl Conn {
     /// Forwards the session's channels `from` (channel URI → the `serverSeq` after which its
-    /// actions are new to the client) out of `sub`, replacing any feed of that session.
+    /// actions are new to the client) out of `sub`, replacing any feed of that session; the
+    /// client holds `windows` of its chats.
     pub(super) fn start_feed(
         self: &Arc<Self>,
         handle: SessionHandle,
         sub: Option<SessionSubscription>,
         from: HashMap<String, u64>,
+        windows: HashMap<String, Window>,
     ) -> mpsc::UnboundedSender<FeedCmd> {
         let (tx, rx) = mpsc::unbounded_channel();
         let key = key(handle.id());
-        let task = tokio::spawn(run(self.clone(), handle, sub, from, rx));
+        let task = tokio::spawn(run(self.clone(), handle, sub, from, windows, rx));
         if let Some(old) = lock(&self.forwarders).insert(key.clone(), task.abort_handle()) {
             old.abort();
         }
@@ -96,7 +116,7 @@ impl Conn {
         kind: ChannelKind,
         id: &Value,
         taken: Option<oneshot::Sender<()>>,
-        view_turns: Option<usize>,
+        shown: TurnsShown,
     ) {
         // Looked up and, if need be, started under one hold of the lock: two subscriptions
         // racing must share one feed, not replace each other's.
@@ -107,7 +127,14 @@ impl Conn {
                 Some(tx) => tx.clone(),
                 None => {
                     let (tx, rx) = mpsc::unbounded_channel();
-                    let task = tokio::spawn(run(self.clone(), handle, None, HashMap::new(), rx));
+                    let task = tokio::spawn(run(
+                        self.clone(),
+                        handle,
+                        None,
+                        HashMap::new(),
+                        HashMap::new(),
+                        rx,
+                    ));
                     if let Some(old) =
                         lock(&self.forwarders).insert(key.clone(), task.abort_handle())
                     {
@@ -123,7 +150,7 @@ impl Conn {
             kind,
             id: id.clone(),
             taken,
-            view_turns,
+            shown,
         };
         if let Err(mpsc::error::SendError(FeedCmd::Subscribe { id, .. })) = tx.send(cmd) {
             self.respond(
@@ -176,12 +203,13 @@ async fn run(
     handle: SessionHandle,
     mut sub: Option<SessionSubscription>,
     mut from: HashMap<String, u64>,
+    // Chats this client holds a window of.
+    mut windows: HashMap<String, Window>,
     mut cmds: mpsc::UnboundedReceiver<FeedCmd>,
 ) {
     // The turn's first response part is still to go out (a latency mark, `trace`).
     let mut first_part = false;
-    // Chats this client holds a window of, and the highest `serverSeq` it was sent.
-    let mut windows: HashMap<String, Window> = HashMap::new();
+    // The highest `serverSeq` this client was sent.
     let mut last_seq = from.values().copied().max().unwrap_or(0);
     loop {
         let event = tokio::select! {
@@ -189,8 +217,8 @@ async fn run(
             biased;
             cmd = cmds.recv() => {
                 let emptied = match cmd {
-                    Some(FeedCmd::Subscribe { uri, kind, id, taken, view_turns }) => {
-                        let opened = Opened { uri, kind, view_turns };
+                    Some(FeedCmd::Subscribe { uri, kind, id, taken, shown }) => {
+                        let opened = Opened { uri, kind, shown };
                         subscribe(&conn, &handle, &mut sub, &mut from, &mut windows, opened, &id)
                             .await;
                         // Actions the client sent behind this subscribe may go on now.
@@ -281,7 +309,7 @@ async fn next(sub: &mut Option<SessionSubscription>) -> Option<SessionEvent> {
 struct Opened {
     uri: String,
     kind: ChannelKind,
-    view_turns: Option<usize>,
+    shown: TurnsShown,
 }
 
 async fn subscribe(
@@ -293,11 +321,7 @@ async fn subscribe(
     opened: Opened,
     id: &Value,
 ) {
-    let Opened {
-        uri,
-        kind,
-        view_turns,
-    } = opened;
+    let Opened { uri, kind, shown } = opened;
     // With a stream already going, a snapshot taken now is at or after every action this
     // feed has passed, so the channel's actions go on right after it, in order.
     let snapshot = match sub {
@@ -313,16 +337,7 @@ async fn subscribe(
             match Host::snapshot_of(&uri, &kind, s) {
                 Some(mut snapshot) => {
                     windows.remove(&uri);
-                    if let (Some(n), SnapshotState::Chat(chat)) = (view_turns, &mut snapshot.state)
-                        && chat.turns.len() > n
-                    {
-                        let w = Window {
-                            kind,
-                            start: chat.turns.len() - n,
-                            page: n.max(1),
-                        };
-                        chat.turns.drain(..w.start);
-                        chat.turns_next_cursor = Some(w.cursor());
+                    if let Some(w) = bound_chat(&mut snapshot, &kind, shown, handle.id()) {
                         windows.insert(uri.clone(), w);
                     }
                     from.insert(uri, seq);
@@ -344,6 +359,78 @@ async fn subscribe(
             )),
         ),
     }
+}
+
+/// Bounds `snapshot`, of channel `kind` of session `session_id`, to the turns `shown` lets a
+/// chat's snapshot hold; the window the client then holds (`None`: every turn).
+pub(super) fn bound_chat(
+    snapshot: &mut Snapshot,
+    kind: &ChannelKind,
+    shown: TurnsShown,
+    session_id: &str,
+) -> Option<Window> {
+    let SnapshotState::Chat(chat) = &mut snapshot.state else {
+        return None;
+    };
+    let (n, marked) = match shown {
+        TurnsShown::All => return None,
+        TurnsShown::Asked(n) => (n, false),
+        TurnsShown::Bounded(n) => (n, true),
+    };
+    if chat.turns.len() <= n {
+        return None;
+    }
+    let w = Window {
+        kind: kind.clone(),
+        start: chat.turns.len() - n,
+        page: n.max(1),
+    };
+    chat.turns.drain(..w.start);
+    if marked {
+        chat.turns.insert(0, older_turns(w.start, session_id));
+    }
+    chat.turns_next_cursor = Some(w.cursor());
+    Some(w)
+}
+
+/// The first turn of a bounded snapshot: what a client that pages nothing in (VS Code) shows
+/// where the `left_out` older turns would be.
+fn older_turns(left_out: usize, session_id: &str) -> Turn {
+    let turns = if left_out == 1 { "turn" } else { "turns" };
+    let left_out = thousands(left_out);
+    Turn {
+        id: OLDER_TURNS_ID.to_owned(),
+        started_at: None,
+        duration: None,
+        message: claude_host_agent::actions::message(
+            &format!("{left_out} earlier {turns} of this session"),
+            MessageKind::Agent,
+        ),
+        response_parts: vec![ResponsePart::Markdown(MarkdownResponsePart {
+            id: format!("{OLDER_TURNS_ID}-text"),
+            content: format!(
+                "The {left_out} earlier {turns} of this session are not shown, so that it opens \
+                 quickly; Claude still has them. `claude-host sessions show {session_id}` prints \
+                 the whole conversation, and `claude-host serve --chat-turns 0` sends every turn \
+                 to clients that do not ask for fewer."
+            ),
+        })],
+        usage: None,
+        state: TurnState::Complete,
+    }
+}
+
+/// `n` with its thousands apart: 3,514.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
 }
 
 /// `fetchTurns` where the client holds every turn (no window): nothing older to load.
@@ -464,5 +551,22 @@ async fn complete_window(
             tracing::warn!(channel = %uri, error = %e.message, "cannot load a truncated chat's older turns for a client");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn thousands_are_set_apart() {
+        for (n, s) in [
+            (0, "0"),
+            (7, "7"),
+            (999, "999"),
+            (1000, "1,000"),
+            (3514, "3,514"),
+        ] {
+            assert_eq!(super::thousands(n), s);
+        }
+        assert_eq!(super::thousands(1_234_567), "1,234,567");
     }
 }

@@ -23,6 +23,16 @@ async fn windowed(c: &Client, chat: &str, n: i64) -> Mirror {
     Mirror::subscribe_with(c, chat, Some(SubscribeView { turns: Some(n) })).await
 }
 
+/// The turn ids of a chat's state as the server holds it (`Env::server_chat_state`).
+fn server_turn_ids(state: &Value) -> Vec<String> {
+    state["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn turn_ids(state: &ahp_types::state::ChatState) -> Vec<String> {
     state.turns.iter().map(|t| t.id.clone()).collect()
 }
@@ -113,12 +123,7 @@ async fn a_truncation_to_a_turn_older_than_the_window_loads_it_first() {
     let c = env.ready_client("windowed").await;
     let (_, chat) = long_session(&env, &c).await;
     let whole = env.server_chat_state(&chat).await;
-    let all: Vec<String> = whole["turns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_str().unwrap().to_owned())
-        .collect();
+    let all = server_turn_ids(&whole);
     let mut m = windowed(&c, &chat, 2).await;
     assert_eq!(turn_ids(&m.state), all[all.len() - 2..]);
 
@@ -147,4 +152,124 @@ async fn a_truncation_to_a_turn_older_than_the_window_loads_it_first() {
         kept["turns"],
         "the client's state is the server's"
     );
+}
+
+/// The newest `n` turns of `all` behind the host's marker, as a client that asked for no
+/// window holds them; the marker's text.
+fn assert_bounded(state: &ahp_types::state::ChatState, all: &[String], n: usize, session_id: &str) {
+    let ids = turn_ids(state);
+    assert_eq!(ids[0], claude_host_ahp::OLDER_TURNS_ID, "the marker first");
+    assert_eq!(ids[1..], all[all.len() - n..], "then the newest {n}");
+    let marker = &state.turns[0];
+    let left_out = all.len() - n;
+    assert_eq!(
+        marker.message.text,
+        format!("{left_out} earlier turns of this session")
+    );
+    let text = serde_json::to_string(&marker.response_parts).unwrap();
+    assert!(
+        text.contains(&format!("sessions show {session_id}")),
+        "the marker says where the whole conversation is: {text}"
+    );
+    assert!(
+        state.turns_next_cursor.is_some(),
+        "AHP's own way to page the rest in"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_asking_for_no_window_gets_a_long_chats_newest_turns_behind_a_marker() {
+    let env = env_with(HostConfig {
+        chat_turns: Some(4),
+        ..HostConfig::default()
+    })
+    .await;
+    let c = env.ready_client("vscode-like").await;
+    let (session, chat) = long_session(&env, &c).await;
+    let session_id = session.trim_start_matches("claude:/").to_owned();
+    let whole = env.server_chat_state(&chat).await;
+    let all = server_turn_ids(&whole);
+    assert!(
+        all.len() > 6,
+        "the generated session has {} turns",
+        all.len()
+    );
+
+    // Subscribed as VS Code does, with no view.
+    let mut m = Mirror::subscribe(&c, &chat).await;
+    assert_bounded(&m.state, &all, 4, &session_id);
+    // A page asked for lands ahead of the marker, which keeps the newest turns apart.
+    let cursor = m.state.turns_next_cursor.clone();
+    assert_eq!(
+        fetch(&c, &chat, cursor.as_deref()).await.unwrap(),
+        json!({})
+    );
+    m.until("chat/turnsLoaded").await;
+    let ids = turn_ids(&m.state);
+    assert_eq!(
+        ids[..4],
+        all[all.len() - 8..all.len() - 4],
+        "the next four older"
+    );
+    assert_eq!(ids[4], claude_host_ahp::OLDER_TURNS_ID);
+    // The session itself keeps every turn.
+    assert_eq!(env.server_chat_state(&chat).await["turns"], whole["turns"]);
+    // VS Code asks every turn it holds for its changes, the marker too: it has none.
+    let marker_changes = format!(
+        "{session}/changeset/turn/{}",
+        claude_host_ahp::OLDER_TURNS_ID
+    );
+    let (s, _changes) = c.subscribe(marker_changes).await.unwrap();
+    let changes = serde_json::to_value(s.snapshot.unwrap().state).unwrap();
+    assert_eq!(changes["files"], json!([]), "{changes}");
+
+    // A client that asks for a window gets it, with no marker; one larger than the chat gets
+    // every turn.
+    let asked = windowed(&env.ready_client("asked").await, &chat, 5).await;
+    assert_eq!(turn_ids(&asked.state), all[all.len() - 5..]);
+    let large = windowed(&env.ready_client("large").await, &chat, 1000).await;
+    assert_eq!(turn_ids(&large.state), all);
+    assert_eq!(large.state.turns_next_cursor, None);
+
+    // Chats opened by `initialize` (initialSubscriptions) are bounded the same way.
+    let h = env.client().await;
+    let versions = ahp_types::version::SUPPORTED_PROTOCOL_VERSIONS
+        .iter()
+        .map(|v| (*v).to_owned())
+        .collect();
+    let init = h
+        .initialize(
+            "handshake".into(),
+            versions,
+            vec!["ahp-root://".into(), session.clone(), chat.clone()],
+        )
+        .await
+        .unwrap();
+    let snapshot = init
+        .snapshots
+        .into_iter()
+        .find(|s| s.resource == chat)
+        .expect("the chat's snapshot");
+    let ahp_types::state::SnapshotState::Chat(state) = snapshot.state else {
+        panic!("not a chat")
+    };
+    assert_bounded(&state, &all, 4, &session_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_bound_a_client_asking_for_no_window_gets_every_turn() {
+    let env = env_with(HostConfig {
+        chat_turns: None,
+        ..HostConfig::default()
+    })
+    .await;
+    let c = env.ready_client("all").await;
+    let (_, chat) = long_session(&env, &c).await;
+    let whole = env.server_chat_state(&chat).await;
+    let m = Mirror::subscribe(&c, &chat).await;
+    assert_eq!(
+        serde_json::to_value(&m.state.turns).unwrap(),
+        whole["turns"]
+    );
+    assert_eq!(m.state.turns_next_cursor, None);
 }
