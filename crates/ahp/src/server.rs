@@ -3,10 +3,10 @@
 //! queue per connection so a slow reader never stalls anyone else.
 
 mod feed;
+mod order;
 
 pub use feed::OLDER_TURNS_ID;
 pub(crate) use feed::TurnsShown;
-mod order;
 
 use crate::host::{Host, Target};
 use crate::resources;

@@ -201,12 +201,9 @@ fn main() -> anyhow::Result<()> {
                 .map_err(|_| anyhow::anyhow!("the probe thread panicked"))??;
             let p = p?;
             if std::env::var_os("BENCH_PROBE_DUMP").is_some() {
-                // Which probes were slow, in the order they went: where the tail comes from.
-                let added: Vec<String> =
-                    pairs.iter().map(|(d, p)| format!("{:.1}", p - d)).collect();
-                eprintln!("probe pairs (added ms, in order): {}", added.join(" "));
+                dump_probes(&pairs, &fake.requests());
             }
-            probes.extend(pairs);
+            probes.extend(pairs.iter().map(|(d, p)| (d.ttfb_ms(), p.ttfb_ms())));
             let (d50, d99) = percentiles(&d.ttfb);
             let (p50, p99) = percentiles(&p.ttfb);
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -341,6 +338,31 @@ async fn mint(fake_url: &str) -> anyhow::Result<String> {
 /// What a probe asks for (the fake answers it with ten events).
 const PROBE_TEXT: &str = "probe: first byte please";
 
+/// One probe request: its number (in its text, `PROBE_TEXT #id`), when it was sent and when
+/// its first body byte was read.
+struct Probe {
+    id: u64,
+    sent: Instant,
+    first: Instant,
+}
+
+impl Probe {
+    fn ttfb_ms(&self) -> f64 {
+        (self.first - self.sent).as_secs_f64() * 1e3
+    }
+}
+
+/// The probe number in a request the fake received (`None`: not a probe).
+fn probe_id(body: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(body).ok()?;
+    let at = text.find(PROBE_TEXT)? + PROBE_TEXT.len();
+    let digits = text[at..].strip_prefix(" #")?;
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    digits[..end].parse().ok()
+}
+
 /// While a proxied run streams, sends single requests, one at a time, from a thread and a
 /// runtime of its own, alternately direct and through the proxy (which first alternates
 /// too), each on its kept-alive connection, as a new turn of a session would arrive. The
@@ -351,7 +373,7 @@ fn probe(
     direct: &Target,
     proxied: &Target,
     stop: &std::sync::atomic::AtomicBool,
-) -> anyhow::Result<Vec<(f64, f64)>> {
+) -> anyhow::Result<Vec<(Probe, Probe)>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -360,24 +382,28 @@ fn probe(
         connector.set_nodelay(true);
         let client: Client<HttpConnector, Full<Bytes>> =
             Client::builder(TokioExecutor::new()).build(connector);
-        let body = Bytes::from(
-            serde_json::json!({
-                "model": "claude-opus-5.5",
-                "max_tokens": 64000,
-                "stream": true,
-                "messages": [{"role": "user", "content": PROBE_TEXT}]
-            })
-            .to_string(),
-        );
-        let once = |target: &Target| {
+        let mut next_id = 0u64;
+        let mut once = |target: &Target| {
+            next_id += 1;
+            let id = next_id;
+            // Numbered, so the fake's record of its arrival can be found (`Probe::id`).
+            let body = Bytes::from(
+                serde_json::json!({
+                    "model": "claude-opus-5.5",
+                    "max_tokens": 64000,
+                    "stream": true,
+                    "messages": [{"role": "user", "content": format!("{PROBE_TEXT} #{id}")}]
+                })
+                .to_string(),
+            );
             let req = http::Request::post(format!("{}/v1/messages?beta=true", target.base))
                 .header("authorization", &target.auth)
                 .header("content-type", "application/json")
                 .header("anthropic-version", "2023-06-01")
-                .body(Full::new(body.clone()));
+                .body(Full::new(body));
             let client = client.clone();
             async move {
-                let t0 = Instant::now();
+                let sent = Instant::now();
                 let resp = client.request(req?).await?;
                 if resp.status() != 200 {
                     bail!("probe: HTTP {}", resp.status());
@@ -386,10 +412,14 @@ fn probe(
                 let mut first = None;
                 while let Some(frame) = b.frame().await {
                     if frame?.is_data() && first.is_none() {
-                        first = Some(t0.elapsed().as_secs_f64() * 1e3);
+                        first = Some(Instant::now());
                     }
                 }
-                first.context("probe: no body")
+                Ok(Probe {
+                    id,
+                    sent,
+                    first: first.context("probe: no body")?,
+                })
             }
         };
         // Let the load's streams start first.
@@ -412,6 +442,41 @@ fn probe(
         }
         Ok(pairs)
     })
+}
+
+/// Which probes were slow, in the order they went, and on which leg: from sending to the
+/// fake's receipt of the request (the client, the proxy for a proxied probe, the fake's
+/// reading), or from that receipt to the first byte read (the fake's answer, the proxy's
+/// relay). Both instants are this process's clock.
+fn dump_probes(pairs: &[(Probe, Probe)], received: &[claude_host_testkit::fake::CapturedRequest]) {
+    let arrival: std::collections::HashMap<u64, Instant> = received
+        .iter()
+        .filter_map(|r| Some((probe_id(&r.body)?, r.received_at)))
+        .collect();
+    let legs = |p: &Probe| match arrival.get(&p.id) {
+        Some(at) => format!(
+            "{:.1}+{:.1}",
+            (*at - p.sent).as_secs_f64() * 1e3,
+            (p.first - *at).as_secs_f64() * 1e3
+        ),
+        None => format!("{:.1} (not received)", p.ttfb_ms()),
+    };
+    let added: Vec<String> = pairs
+        .iter()
+        .map(|(d, p)| format!("{:.1}", p.ttfb_ms() - d.ttfb_ms()))
+        .collect();
+    eprintln!("probe pairs (added ms, in order): {}", added.join(" "));
+    let start = pairs.first().map(|(d, p)| d.sent.min(p.sent));
+    for (d, p) in pairs {
+        if d.ttfb_ms().max(p.ttfb_ms()) > 20.0 {
+            let at = start.map_or(0.0, |s| (d.sent.min(p.sent) - s).as_secs_f64() * 1e3);
+            eprintln!(
+                "  slow pair at +{at:.0} ms: direct {} ms, proxied {} ms (to the fake's receipt + after it)",
+                legs(d),
+                legs(p)
+            );
+        }
+    }
 }
 
 fn body() -> Bytes {

@@ -6,7 +6,7 @@ pub use crate::replies::{Block, Gate, Match, Reply, Rule};
 
 use crate::openai::{Endpoint, to_anthropic};
 use crate::openai_render::{self as render, ChatUsage, Ctx};
-use crate::replies::{Kind, Plan, event, render_events, render_message};
+use crate::replies::{Kind, Plan, event, render_message, sse_events};
 use anyhow::Context as _;
 use bytes::Bytes;
 use claude_host_protocol::messages::last_user_text;
@@ -880,6 +880,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
             &format!("model \"{model}\" is not supported via /v1/messages"),
         );
     }
+    let tokens = crate::copilot_rules::prompt_tokens(&body);
     if !as_anthropic
         && let Some(entry) = state
             .config
@@ -889,6 +890,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
         && let Some((status, body)) = crate::copilot_rules::refusal(
             entry,
             &body,
+            tokens,
             r.header("copilot-vision-request") == Some("true"),
             state.premium_exhausted.load(Ordering::SeqCst),
         )
@@ -897,10 +899,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
     }
     let reply = pick_reply(state, &body);
     let id = state.ids.fetch_add(1, Ordering::SeqCst);
-    let input_tokens = (
-        crate::copilot_rules::prompt_tokens(&body),
-        reply.cached_tokens,
-    );
+    let input_tokens = (tokens, reply.cached_tokens);
     let stream = body["stream"] == true;
     let resp = match reply.kind {
         Kind::Error {
@@ -939,7 +938,7 @@ fn messages(state: &Arc<State>, r: &CapturedRequest, auth: &str) -> Response<Bod
             stop_reason,
             plan,
         } => {
-            let events = render_events(&blocks, &stop_reason, &model, id, input_tokens);
+            let events = sse_events(blocks, &stop_reason, &model, id, input_tokens);
             sse_response(state.clone(), events, plan, |_, kind, message| {
                 vec![event(
                     "error",
@@ -1100,11 +1099,12 @@ fn openai(
         );
     }
     let anthropic = to_anthropic(endpoint, &body);
+    let tokens = crate::copilot_rules::prompt_tokens(&anthropic);
     if let Err(refused) = crate::openai_check::check(
         endpoint,
         entry,
         &body,
-        &anthropic,
+        tokens,
         r.header("copilot-vision-request") == Some("true"),
     ) {
         return refuse(state, refused);
@@ -1113,7 +1113,7 @@ fn openai(
     let ctx = Ctx {
         model: &model,
         id: state.ids.fetch_add(1, Ordering::SeqCst),
-        prompt_tokens: crate::copilot_rules::prompt_tokens(&anthropic),
+        prompt_tokens: tokens,
         cached_tokens: reply.cached_tokens,
         created: u64::try_from(now_unix()).unwrap_or(0),
     };
@@ -1207,13 +1207,22 @@ fn batch(events: &[String], per_write: usize) -> Vec<Bytes> {
         .collect()
 }
 
-/// The body chunks of a normal stream, and how many of them make one socket write.
-fn stream_chunks(state: &State, events: &[String]) -> (Vec<Bytes>, usize) {
+/// The body chunks of a normal stream, made as they are sent, and how many of them make one
+/// socket write.
+fn stream_chunks(
+    state: &State,
+    events: impl Iterator<Item = String> + Send + 'static,
+) -> (Box<dyn Iterator<Item = Bytes> + Send>, usize) {
     let per = state.config.sse_events_per_write.max(1);
     if state.config.sse_chunk_per_event {
-        (events.iter().map(|e| Bytes::from(e.clone())).collect(), per)
+        (Box::new(events.map(Bytes::from)), per)
     } else {
-        (batch(events, per), 1)
+        let mut events = events;
+        let batches = std::iter::from_fn(move || {
+            let chunk: String = events.by_ref().take(per).collect();
+            (!chunk.is_empty()).then(|| Bytes::from(chunk))
+        });
+        (Box::new(batches), 1)
     }
 }
 
@@ -1221,32 +1230,36 @@ fn stream_chunks(state: &State, events: &[String]) -> (Vec<Bytes>, usize) {
 /// mid-stream error after `sent` events, in the stream's dialect.
 fn sse_response(
     state: Arc<State>,
-    events: Vec<String>,
+    events: impl IntoIterator<Item = String, IntoIter: Send + 'static>,
     plan: Plan,
     error_tail: impl FnOnce(usize, &str, &str) -> Vec<String>,
 ) -> Response<Body> {
     let per = state.config.sse_events_per_write;
+    let events = events.into_iter();
     let body = match plan {
         Plan::Normal => {
-            let (chunks, group) = stream_chunks(&state, &events);
-            let mut body = FakeBody::ready(state.clone(), chunks);
+            let (chunks, group) = stream_chunks(&state, events);
+            let mut body = FakeBody::made(state.clone(), chunks);
             body.group = group;
             body.gap = state.config.sse_group_gap;
             body
         }
         Plan::ErrorAfter(n, kind, message) => {
-            let mut evs: Vec<String> = events.into_iter().take(n).collect();
+            let mut evs: Vec<String> = events.take(n).collect();
             evs.extend(error_tail(evs.len(), &kind, &message));
             FakeBody::ready(state.clone(), batch(&evs, per))
         }
-        Plan::TruncateAfter(n) => {
-            FakeBody::ready(state.clone(), batch(&events[..n.min(events.len())], per))
-        }
+        Plan::TruncateAfter(n) => FakeBody::ready(
+            state.clone(),
+            batch(&events.take(n).collect::<Vec<_>>(), per),
+        ),
         Plan::CutAfterBytes(n) => {
-            let whole = Bytes::from(events.concat());
+            let whole = Bytes::from(events.collect::<String>());
             FakeBody::cut(state.clone(), whole.slice(..n.min(whole.len())))
         }
         other => {
+            // A held or silent stream is sent in pieces by a task of its own.
+            let events: Vec<String> = events.collect();
             let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
             tokio::spawn(async move {
                 let send_all = |evs: &[String]| {
@@ -1339,14 +1352,16 @@ struct FakeBody {
 
 enum Source {
     Ready(VecDeque<Bytes>),
+    /// Made as it is sent.
+    Made(std::iter::Peekable<Box<dyn Iterator<Item = Bytes> + Send>>),
     Channel(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl FakeBody {
-    fn ready(state: Arc<State>, chunks: Vec<Bytes>) -> FakeBody {
+    fn new(state: Arc<State>, source: Source) -> FakeBody {
         FakeBody {
             state,
-            source: Source::Ready(chunks.into()),
+            source,
             cut: Cut::No,
             finished: false,
             group: usize::MAX,
@@ -1354,32 +1369,24 @@ impl FakeBody {
             gap: None,
             sleep: None,
         }
+    }
+
+    fn ready(state: Arc<State>, chunks: Vec<Bytes>) -> FakeBody {
+        FakeBody::new(state, Source::Ready(chunks.into()))
     }
 
     fn cut(state: Arc<State>, sent: Bytes) -> FakeBody {
-        FakeBody {
-            state,
-            source: Source::Ready(VecDeque::from([sent])),
-            cut: Cut::Pending,
-            finished: false,
-            group: usize::MAX,
-            sent_in_group: 0,
-            gap: None,
-            sleep: None,
-        }
+        let mut body = FakeBody::ready(state, vec![sent]);
+        body.cut = Cut::Pending;
+        body
     }
 
     fn channel(state: Arc<State>, rx: tokio::sync::mpsc::Receiver<Bytes>) -> FakeBody {
-        FakeBody {
-            state,
-            source: Source::Channel(rx),
-            cut: Cut::No,
-            finished: false,
-            group: usize::MAX,
-            sent_in_group: 0,
-            gap: None,
-            sleep: None,
-        }
+        FakeBody::new(state, Source::Channel(rx))
+    }
+
+    fn made(state: Arc<State>, chunks: Box<dyn Iterator<Item = Bytes> + Send>) -> FakeBody {
+        FakeBody::new(state, Source::Made(chunks.peekable()))
     }
 }
 
@@ -1397,8 +1404,9 @@ impl hyper::body::Body for FakeBody {
             }
             self.sleep = None;
         }
-        let more = match &self.source {
+        let more = match &mut self.source {
             Source::Ready(q) => !q.is_empty(),
+            Source::Made(chunks) => chunks.peek().is_some(),
             Source::Channel(_) => true,
         };
         // The last group goes out with the body's end, as real upstreams send a stream's last
@@ -1422,6 +1430,7 @@ impl hyper::body::Body for FakeBody {
         }
         let next = match &mut self.source {
             Source::Ready(q) => Poll::Ready(q.pop_front()),
+            Source::Made(chunks) => Poll::Ready(chunks.next()),
             Source::Channel(rx) => rx.poll_recv(cx),
         };
         match next {

@@ -656,7 +656,8 @@ pub fn summary_parts(thinking: &str) -> Vec<String> {
 /// the refusal's message (for a Messages body: always `Ok`).
 pub fn check_request(endpoint: Endpoint, model: &Value, body: &Value) -> Result<(), String> {
     let anthropic = to_anthropic(endpoint, body);
-    crate::openai_check::check(endpoint, model, body, &anthropic, true).map_err(|refused| {
+    let tokens = crate::copilot_rules::prompt_tokens(&anthropic);
+    crate::openai_check::check(endpoint, model, body, tokens, true).map_err(|refused| {
         refused
             .violation
             .unwrap_or_else(|| format!("{} {}", refused.status, refused.body))

@@ -56,13 +56,13 @@ pub(crate) fn parse(endpoint: Endpoint, raw: &[u8]) -> Result<Value, Refused> {
     })
 }
 
-/// Checks an OpenAI request `body` for the catalog entry `model`. `anthropic` is its reverse
-/// translation (for the prompt's size).
+/// Checks an OpenAI request `body` for the catalog entry `model`. `tokens` is the prompt's
+/// size: the [`crate::copilot_rules::prompt_tokens`] of its reverse translation.
 pub(crate) fn check(
     endpoint: Endpoint,
     model: &Value,
     body: &Value,
-    anthropic: &Value,
+    tokens: u64,
     vision_header: bool,
 ) -> Result<(), Refused> {
     let typed = match endpoint {
@@ -76,7 +76,7 @@ pub(crate) fn check(
         Endpoint::ChatCompletions => chat_rules(body, model)?,
         _ => responses_rules(body, model)?,
     }
-    shared_rules(endpoint, body, model, anthropic, vision_header)
+    shared_rules(endpoint, body, model, tokens, vision_header)
 }
 
 /// Deserializes `v` into `T`, naming the path of the first problem under `at`.
@@ -533,7 +533,7 @@ fn shared_rules(
     e: Endpoint,
     body: &Value,
     model: &Value,
-    anthropic: &Value,
+    tokens: u64,
     vision_header: bool,
 ) -> Result<(), Refused> {
     if !body["stream_options"].is_null() && body["stream"] != true {
@@ -590,7 +590,7 @@ fn shared_rules(
         }
     }
     if let Some(limit) = model["capabilities"]["limits"]["max_prompt_tokens"].as_u64() {
-        let n = crate::copilot_rules::prompt_tokens(anthropic);
+        let n = tokens;
         if n > limit {
             // A real outcome (a long session), not a contract breach: no violation.
             return Err(Refused {

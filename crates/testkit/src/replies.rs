@@ -351,10 +351,35 @@ pub(crate) fn render_events(
     stop_reason: &str,
     model: &str,
     id: u64,
-    (input_tokens, cached): (u64, u64),
+    tokens: (u64, u64),
 ) -> Vec<String> {
+    sse_events(blocks.to_vec(), stop_reason, model, id, tokens).collect()
+}
+
+/// A `text_delta` event, written out rather than built as a `Value`: a benchmark's stream is
+/// thousands of them, and a map per event made the fake's rendering cost more than the
+/// proxy's relaying it. The bytes are those `json!` gives (keys in insertion order).
+fn text_delta_event(index: usize, text: &str) -> String {
+    let text = Value::String(text.to_owned());
+    format!(
+        "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"text_delta\",\"text\":{text}}}}}\n\n"
+    )
+}
+
+/// A reply's SSE events, each text delta rendered only when it is asked for: a real upstream
+/// produces a stream's events as it goes, and rendering thousands of them before the first
+/// one is sent would hold the fake's thread for milliseconds per request, which every other
+/// request arriving meanwhile then waits out (the proxy benchmark's probes did, 60–190 ms,
+/// whenever a load of 64 streams started at once).
+pub(crate) fn sse_events(
+    blocks: Vec<Block>,
+    stop_reason: &str,
+    model: &str,
+    id: u64,
+    (input_tokens, cached): (u64, u64),
+) -> impl Iterator<Item = String> + Send + 'static {
     let cached = cached.min(input_tokens);
-    let mut ev = vec![
+    let head = [
         event(
             "message_start",
             &json!({"type": "message_start", "message": {"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant",
@@ -364,49 +389,70 @@ pub(crate) fn render_events(
         event("ping", &json!({"type": "ping"})),
     ];
     let mut output_tokens: u64 = 1;
-    for (index, block) in blocks.iter().enumerate() {
+    let mut parts: Vec<Box<dyn Iterator<Item = String> + Send>> = Vec::new();
+    for (index, block) in blocks.into_iter().enumerate() {
+        let stop = event(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        );
         match block {
             Block::Text(deltas) => {
-                ev.push(event("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})));
-                for d in deltas {
-                    output_tokens += 1;
-                    ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": d}})));
-                }
+                output_tokens += deltas.len() as u64;
+                let start = event(
+                    "content_block_start",
+                    &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+                );
+                let deltas = deltas.into_iter().map(move |d| text_delta_event(index, &d));
+                parts.push(Box::new(
+                    std::iter::once(start)
+                        .chain(deltas)
+                        .chain(std::iter::once(stop)),
+                ));
             }
             Block::Thinking {
                 thinking,
                 signature,
             } => {
-                ev.push(event("content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}})));
-                for d in split_text(thinking, 5) {
+                let mut ev = vec![event(
+                    "content_block_start",
+                    &json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                )];
+                for d in split_text(&thinking, 5) {
                     output_tokens += 1;
                     ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": d}})));
                 }
                 ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": signature}})));
+                ev.push(stop);
+                parts.push(Box::new(ev.into_iter()));
             }
             Block::ToolUse { name, input } => {
-                ev.push(event("content_block_start", &json!({"type": "content_block_start", "index": index,
-                    "content_block": {"type": "tool_use", "id": format!("toolu_fake_{id}_{index}"), "name": name, "input": {}}})));
+                let mut ev = vec![event(
+                    "content_block_start",
+                    &json!({"type": "content_block_start", "index": index,
+                    "content_block": {"type": "tool_use", "id": format!("toolu_fake_{id}_{index}"), "name": name, "input": {}}}),
+                )];
                 let text = input.to_string();
                 let piece = text.chars().count().div_ceil(3).max(1);
                 for d in split_text(&text, piece) {
                     output_tokens += 1;
                     ev.push(event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": d}})));
                 }
+                ev.push(stop);
+                parts.push(Box::new(ev.into_iter()));
             }
         }
-        ev.push(event(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": index}),
-        ));
     }
-    ev.push(event(
-        "message_delta",
-        &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-                "usage": {"output_tokens": output_tokens}, "copilot_usage": {"total_nano_aiu": 1_000_000 * output_tokens}}),
-    ));
-    ev.push(event("message_stop", &json!({"type": "message_stop"})));
-    ev
+    let tail = [
+        event(
+            "message_delta",
+            &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                    "usage": {"output_tokens": output_tokens}, "copilot_usage": {"total_nano_aiu": 1_000_000 * output_tokens}}),
+        ),
+        event("message_stop", &json!({"type": "message_stop"})),
+    ];
+    head.into_iter()
+        .chain(parts.into_iter().flatten())
+        .chain(tail)
 }
 
 /// The non-streaming message for a reply.
@@ -430,4 +476,66 @@ pub(crate) fn render_message(
     json!({"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant", "model": model, "content": content,
            "stop_reason": stop_reason, "stop_sequence": null,
            "usage": {"input_tokens": input_tokens - cached, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_out_text_delta_is_the_bytes_json_gives() {
+        for (index, text) in [
+            (0, "w1 "),
+            (3, "quote \" backslash \\ newline \n tab \t"),
+            (1, "non-ASCII é 日本 and a control \u{1}"),
+            (0, ""),
+        ] {
+            let built = event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}),
+            );
+            assert_eq!(text_delta_event(index, text), built);
+        }
+    }
+
+    #[test]
+    fn events_made_as_they_go_are_the_whole_reply() {
+        let blocks = vec![
+            Block::Thinking {
+                thinking: "thinking it over".into(),
+                signature: "sig".into(),
+            },
+            Block::Text(vec!["a".into(), "b".into(), "c".into()]),
+            Block::ToolUse {
+                name: "Bash".into(),
+                input: json!({"command": "ls"}),
+            },
+        ];
+        let events = render_events(&blocks, "tool_use", "m", 7, (10, 4));
+        let names: Vec<&str> = events
+            .iter()
+            .map(|e| e.lines().next().unwrap_or_default())
+            .collect();
+        assert_eq!(names.first(), Some(&"event: message_start"));
+        assert_eq!(names.last(), Some(&"event: message_stop"));
+        // 1 + 4 thinking pieces + 3 text deltas + 3 pieces of the tool input.
+        let delta = events
+            .iter()
+            .find(|e| e.starts_with("event: message_delta"))
+            .map(String::as_str)
+            .unwrap_or_default();
+        assert!(delta.contains("\"output_tokens\":11"), "{delta}");
+        let text: Vec<&String> = events
+            .iter()
+            .filter(|e| e.contains("\"text_delta\""))
+            .collect();
+        assert_eq!(text.len(), 3);
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| **n == "event: content_block_stop")
+                .count(),
+            3
+        );
+    }
 }
