@@ -1202,7 +1202,7 @@ impl Agent {
             _ => None,
         };
         let read_id = id.to_owned();
-        let (restored, subagents) = tokio::task::spawn_blocking(move || {
+        let (restored, subagents) = crate::restore::on_own_thread(move || {
             let main = crate::restore::read_session(&config, &read_id)?;
             let paths = claude_host_sdk::transcripts::subagent_transcripts(&config, &read_id)
                 .unwrap_or_default();

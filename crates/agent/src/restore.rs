@@ -71,6 +71,26 @@ pub struct Restored {
     pub cwd: Option<std::path::PathBuf>,
 }
 
+/// Runs `read` (a transcript's reading) on a thread of its own that ends with it, not on the
+/// blocking pool. The reading allocates and frees a great deal; glibc keeps the last of what
+/// a thread frees in that thread's cache, out of `malloc_trim`'s reach, and a pool thread
+/// lives on for 10 s, so after a long session closed, its pages stayed resident. A thread
+/// that ends hands its cache back to the arena at once (docs/BENCHMARKS.md, *What the close
+/// leaves*).
+pub(crate) async fn on_own_thread<T: Send + 'static>(
+    read: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<T> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("claude-host-restore".into())
+        .spawn(move || {
+            let _ = answer.send(read());
+        })?;
+    answered
+        .await
+        .map_err(|_| std::io::Error::other("the reading thread ended without an answer"))
+}
+
 /// Reads a session's transcript as [`Restored`] (see there).
 pub fn read_session(
     config_dir: &std::path::Path,
