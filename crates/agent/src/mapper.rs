@@ -415,9 +415,43 @@ pub const CONTEXT_TOKENS: &str = "contextTokens";
 /// The context an API response used, from its message's `usage`: every input token (cached
 /// or not) and the output.
 pub fn context_tokens(message_extra: &Map<String, Value>) -> Option<i64> {
-    let usage: claude_host_protocol::frames::ResultUsage =
-        serde_json::from_value(message_extra.get("usage")?.clone()).ok()?;
-    Some(usage.total_input() + usage.output_tokens.unwrap_or(0))
+    UsageTokens::of(message_extra).map(|t| t.context())
+}
+
+/// An API response's token counts, read from its message's `usage` without the rest of it.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+pub(crate) struct UsageTokens {
+    #[serde(default)]
+    pub input_tokens: Option<i64>,
+    #[serde(default)]
+    pub output_tokens: Option<i64>,
+    #[serde(default)]
+    pub cache_read_input_tokens: Option<i64>,
+    #[serde(default)]
+    pub cache_creation_input_tokens: Option<i64>,
+}
+
+impl UsageTokens {
+    /// The counts of a message's `usage`, if it has one that reads as counts.
+    pub fn of(message: &Map<String, Value>) -> Option<UsageTokens> {
+        let usage = message.get("usage")?;
+        // An object, as `ResultUsage` reads it (a struct would also take an array).
+        usage
+            .is_object()
+            .then(|| serde::Deserialize::deserialize(usage).ok())?
+    }
+
+    /// Every input token, cached or not.
+    pub fn input(&self) -> i64 {
+        self.input_tokens.unwrap_or(0)
+            + self.cache_read_input_tokens.unwrap_or(0)
+            + self.cache_creation_input_tokens.unwrap_or(0)
+    }
+
+    /// The context the request used: its input and the output.
+    pub fn context(&self) -> i64 {
+        self.input() + self.output_tokens.unwrap_or(0)
+    }
 }
 
 /// Whether a frame shows a turn going on (its content, or the CLI saying it runs): a frame
@@ -437,6 +471,19 @@ mod tests {
 
     fn typed(line: &str) -> Typed {
         Frame::parse(line).unwrap().typed().unwrap()
+    }
+
+    #[test]
+    fn context_tokens_are_a_responses_input_and_output() {
+        use serde_json::json;
+        let of = |m: Value| context_tokens(m.as_object().unwrap());
+        let usage = json!({"usage": {"input_tokens": 1, "cache_read_input_tokens": 2,
+            "cache_creation_input_tokens": 3, "output_tokens": 4, "server_tool_use": {}}});
+        assert_eq!(of(usage), Some(10));
+        assert_eq!(of(json!({"usage": {"output_tokens": 4}})), Some(4));
+        assert_eq!(of(json!({"model": "m"})), None);
+        assert_eq!(of(json!({"usage": [1, 2, 3, 4]})), None);
+        assert_eq!(of(json!({"usage": {"input_tokens": "1"}})), None);
     }
 
     #[test]

@@ -2,13 +2,14 @@
 //! before a restart), including ones created by the user's own `claude`.
 
 use crate::actions;
+use crate::mapper::UsageTokens;
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
     MarkdownResponsePart, MessageKind, ReasoningResponsePart, ResponsePart, ToolCallCompletedState,
     ToolCallConfirmationReason, ToolCallResponsePart, ToolCallState, ToolInput, ToolResultContent,
     ToolResultTextContent, Turn, TurnState, UsageInfo,
 };
-use claude_host_protocol::frames::{Block, ResultUsage, UserContent};
+use claude_host_protocol::frames::{Block, UserContent};
 use claude_host_sdk::transcripts::{Transcript, TranscriptError, TranscriptIndex};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -339,8 +340,8 @@ struct TurnBuilder {
     turns: Vec<Turn>,
     /// Tool call id → (turn index, part index), filled in when its result is seen.
     calls: HashMap<String, (usize, usize)>,
-    /// The turn's API responses by message id (a response is written once per content block).
-    responses: Vec<(String, Map<String, Value>)>,
+    /// The turn's API responses (a response is written once per content block).
+    responses: Vec<Response>,
     /// A subagent's own transcript, where every entry is on the side chain.
     sidechain: bool,
 }
@@ -430,9 +431,10 @@ impl TurnBuilder {
                         .and_then(Value::as_str)
                         .unwrap_or(uuid)
                         .to_owned();
-                    match responses.iter_mut().find(|(i, _)| *i == id) {
-                        Some(r) => r.1 = m.clone(),
-                        None => responses.push((id, m.clone())),
+                    let response = Response::of(id, m);
+                    match responses.iter_mut().find(|r| r.id == response.id) {
+                        Some(r) => *r = response,
+                        None => responses.push(response),
                     }
                 }
                 let UserContent::Blocks(blocks) = c else {
@@ -469,40 +471,54 @@ impl TurnBuilder {
     }
 }
 
+/// What a turn's usage needs of one API response, by its message id. Not the message
+/// itself: its content (tool inputs, text) can be large, and a turn's usage reads only this.
+struct Response {
+    id: String,
+    tokens: Option<UsageTokens>,
+    model: Option<String>,
+}
+
+impl Response {
+    fn of(id: String, message: &Map<String, Value>) -> Response {
+        Response {
+            id,
+            tokens: UsageTokens::of(message),
+            model: message
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        }
+    }
+}
+
 /// A restored turn's usage, as a live turn reports it: its responses' tokens summed, the
 /// model that answered last, and the context its last request used.
-fn set_usage(turn: Option<&mut Turn>, responses: &mut Vec<(String, Map<String, Value>)>) {
+fn set_usage(turn: Option<&mut Turn>, responses: &mut Vec<Response>) {
     let taken = std::mem::take(responses);
     let Some(turn) = turn else { return };
-    let Some((_, last)) = taken.last() else {
+    let Some(last) = taken.last() else {
         return;
     };
     let mut input = 0;
     let mut output = 0;
     let mut cache_read = 0;
-    for (_, m) in &taken {
-        let Some(u) = m
-            .get("usage")
-            .and_then(|u| serde_json::from_value::<ResultUsage>(u.clone()).ok())
-        else {
-            continue;
-        };
-        input += u.total_input();
-        output += u.output_tokens.unwrap_or(0);
-        cache_read += u.cache_read_input_tokens.unwrap_or(0);
+    for t in taken.iter().filter_map(|r| r.tokens.as_ref()) {
+        input += t.input();
+        output += t.output_tokens.unwrap_or(0);
+        cache_read += t.cache_read_input_tokens.unwrap_or(0);
     }
     let mut meta = Map::new();
-    if let Some(tokens) = crate::mapper::context_tokens(last) {
-        meta.insert(crate::mapper::CONTEXT_TOKENS.into(), Value::from(tokens));
+    if let Some(t) = &last.tokens {
+        meta.insert(
+            crate::mapper::CONTEXT_TOKENS.into(),
+            Value::from(t.context()),
+        );
     }
     turn.usage = Some(UsageInfo {
         input_tokens: Some(input),
         output_tokens: Some(output),
-        model: last
-            .get("model")
-            .and_then(Value::as_str)
-            .filter(|m| *m != "<synthetic>")
-            .map(str::to_owned),
+        model: last.model.clone().filter(|m| m != "<synthetic>"),
         cache_read_tokens: Some(cache_read),
         meta: Some(meta),
     });

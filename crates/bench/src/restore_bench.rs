@@ -348,13 +348,52 @@ async fn open_once(
 
 /// With `RESTORE_BENCH_SMAPS=DIR`, keeps serve's `/proc/<pid>/smaps` at `moment` in DIR: which
 /// mappings (heap, arenas, thread stacks, files) hold what is left after a session closed.
+/// Beside it, `.pages`: the file offsets of the binary's resident pages (`/proc/<pid>/pagemap`),
+/// one `<perms> <offset>` line each, to name the code a restore paged in (`nm -n` of the same
+/// build unstripped gives the functions at those offsets; stripping does not move them).
 fn keep_smaps(pid: u32, moment: &str) {
-    if let Some(dir) = std::env::var_os("RESTORE_BENCH_SMAPS") {
-        let to = PathBuf::from(dir).join(format!("serve-{pid}-{moment}.smaps"));
-        if let Err(e) = std::fs::copy(format!("/proc/{pid}/smaps"), &to) {
-            eprintln!("restore-bench: cannot keep {}: {e}", to.display());
+    let Some(dir) = std::env::var_os("RESTORE_BENCH_SMAPS") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let to = dir.join(format!("serve-{pid}-{moment}.smaps"));
+    if let Err(e) = std::fs::copy(format!("/proc/{pid}/smaps"), &to) {
+        eprintln!("restore-bench: cannot keep {}: {e}", to.display());
+    }
+    let to = dir.join(format!("serve-{pid}-{moment}.pages"));
+    if let Err(e) = resident_binary_pages(pid).and_then(|p| Ok(std::fs::write(&to, p)?)) {
+        eprintln!("restore-bench: cannot keep {}: {e}", to.display());
+    }
+}
+
+/// `<perms> <file offset>` of each resident page of the process's mappings of its own binary.
+fn resident_binary_pages(pid: u32) -> anyhow::Result<String> {
+    use std::os::unix::fs::FileExt;
+    const PAGE: u64 = 4096;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))?;
+    let mut out = String::new();
+    for line in std::fs::read_to_string(format!("/proc/{pid}/maps"))?.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || Path::new(f[5]) != exe {
+            continue;
+        }
+        let (lo, hi) = f[0]
+            .split_once('-')
+            .context("a maps line without a range")?;
+        let (lo, hi) = (u64::from_str_radix(lo, 16)?, u64::from_str_radix(hi, 16)?);
+        let offset = u64::from_str_radix(f[2], 16)?;
+        // One 64-bit entry per page; bit 63: present.
+        let mut entries = vec![0u8; ((hi - lo) / PAGE * 8) as usize];
+        pagemap.read_exact_at(&mut entries, lo / PAGE * 8)?;
+        for (i, e) in entries.chunks_exact(8).enumerate() {
+            let e = u64::from_le_bytes(e.try_into()?);
+            if e >> 63 == 1 {
+                out.push_str(&format!("{} {:#x}\n", f[1], offset + i as u64 * PAGE));
+            }
         }
     }
+    Ok(out)
 }
 
 /// ACP `session/load`: (wall time to the answer, agent's peak RSS in KiB, updates before it).

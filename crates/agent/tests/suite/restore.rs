@@ -223,3 +223,73 @@ fn a_long_generated_transcript_restores_as_before_with_its_subagents() {
     }
     assert_eq!(compared, g.subagents);
 }
+
+/// A restored turn's usage: its responses' tokens summed (a response written once per content
+/// block counts once, as its last copy says), the last response's model, and the context its
+/// request used, as a live turn reports them.
+#[test]
+fn a_restored_turn_sums_its_responses_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let response = |uuid: &str, parent: &str, id: &str, model: &str, usage: Value| {
+        json!({"type": "assistant", "uuid": uuid, "parentUuid": parent,
+            "message": {"id": id, "role": "assistant", "model": model,
+                "content": [{"type": "text", "text": uuid}], "usage": usage}})
+    };
+    let p = write(
+        dir.path(),
+        "usage.jsonl",
+        &[
+            user("u1", None, "count"),
+            // One response written twice, its usage grown in the second copy.
+            response(
+                "a1",
+                "u1",
+                "msg_1",
+                "m1",
+                json!({"input_tokens": 1, "output_tokens": 1}),
+            ),
+            response(
+                "a2",
+                "a1",
+                "msg_1",
+                "m1",
+                json!({"input_tokens": 10, "cache_read_input_tokens": 100,
+                    "cache_creation_input_tokens": 5, "output_tokens": 7, "service_tier": "x"}),
+            ),
+            response(
+                "a3",
+                "a2",
+                "msg_2",
+                "m2",
+                json!({"input_tokens": 20, "cache_read_input_tokens": 200, "output_tokens": 3}),
+            ),
+            user("u2", Some("a3"), "again"),
+            response(
+                "a4",
+                "u2",
+                "msg_3",
+                "<synthetic>",
+                json!({"output_tokens": "not a number"}),
+            ),
+        ],
+    );
+    let turns = restore::read_file(&p).unwrap().conversation.turns;
+    assert_eq!(turns.len(), 2);
+    let usage = turns[0].usage.as_ref().unwrap();
+    assert_eq!(usage.input_tokens, Some(10 + 100 + 5 + 20 + 200));
+    assert_eq!(usage.output_tokens, Some(7 + 3));
+    assert_eq!(usage.cache_read_tokens, Some(100 + 200));
+    assert_eq!(usage.model.as_deref(), Some("m2"));
+    assert_eq!(
+        usage.meta.as_ref().unwrap()[claude_host_agent::mapper::CONTEXT_TOKENS],
+        json!(20 + 200 + 3)
+    );
+    // A response whose usage cannot be read counts nothing; a synthetic one names no model.
+    let usage = turns[1].usage.as_ref().unwrap();
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens),
+        (Some(0), Some(0))
+    );
+    assert_eq!(usage.model, None);
+    assert!(usage.meta.as_ref().unwrap().is_empty());
+}
