@@ -419,26 +419,22 @@ pub fn context_tokens(message_extra: &Map<String, Value>) -> Option<i64> {
 }
 
 /// An API response's token counts, read from its message's `usage` without the rest of it.
-#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+/// Not `ResultUsage`: its flattened rest sends every field through serde's content buffer,
+/// once per assistant frame here and per response of a restored transcript.
+#[derive(Debug, serde::Deserialize)]
 pub(crate) struct UsageTokens {
-    #[serde(default)]
     pub input_tokens: Option<i64>,
-    #[serde(default)]
     pub output_tokens: Option<i64>,
-    #[serde(default)]
     pub cache_read_input_tokens: Option<i64>,
-    #[serde(default)]
     pub cache_creation_input_tokens: Option<i64>,
 }
 
 impl UsageTokens {
     /// The counts of a message's `usage`, if it has one that reads as counts.
     pub fn of(message: &Map<String, Value>) -> Option<UsageTokens> {
-        let usage = message.get("usage")?;
-        // An object, as `ResultUsage` reads it (a struct would also take an array).
-        usage
-            .is_object()
-            .then(|| serde::Deserialize::deserialize(usage).ok())?
+        // An object only, as `ResultUsage` reads it: a struct would also take an array.
+        let usage = message.get("usage").filter(|u| u.is_object())?;
+        serde::Deserialize::deserialize(usage).ok()
     }
 
     /// Every input token, cached or not.

@@ -222,24 +222,22 @@ impl Clock {
     /// the benchmark converts against the host's marks, and a step would be matched to the
     /// next prompt's mark.
     pub fn new() -> Clock {
-        let mut best: Option<(u64, Clock)> = None;
-        for _ in 0..16 {
+        let pair = || {
             let before = claude_host_sdk::trace::now_ns();
             let base = std::time::Instant::now();
             let after = claude_host_sdk::trace::now_ns();
             let spread = after.saturating_sub(before);
-            if best.as_ref().is_none_or(|(s, _)| spread < *s) {
-                let base_ns = before + spread / 2;
-                best = Some((spread, Clock { base, base_ns }));
+            let base_ns = before + spread / 2;
+            (spread, Clock { base, base_ns })
+        };
+        let mut best = pair();
+        for _ in 1..16 {
+            let next = pair();
+            if next.0 < best.0 {
+                best = next;
             }
         }
-        match best {
-            Some((_, clock)) => clock,
-            None => Clock {
-                base: std::time::Instant::now(),
-                base_ns: claude_host_sdk::trace::now_ns(),
-            },
-        }
+        best.1
     }
 
     /// `at` in monotonic nanoseconds.
