@@ -413,6 +413,41 @@ impl Agent {
         self.file_indexes.warm(roots);
     }
 
+    /// Starts indexing the folder of session `id`, which is not open yet, before its
+    /// transcript is read: the folder its overlay records, else the one its transcript starts
+    /// in (read from the transcript's first 64 KiB). Returns the folder, if one was found.
+    ///
+    /// Why before: a long session's restore grows the heap by tens of megabytes and frees
+    /// them at the close. The walk's allocations that outlive it (the index, `ignore`'s and
+    /// the walker's own) made while the restore holds the heap are scattered through it, and
+    /// every page one of them sits on stays resident after the close (docs/BENCHMARKS.md,
+    /// *The `@` index built before the restore*).
+    pub async fn warm_file_index_of(&self, id: &str) -> Option<PathBuf> {
+        if self.session(id).is_some() || uuid::Uuid::parse_str(id).is_err() {
+            return None;
+        }
+        let recorded = match &self.store {
+            Some(store) => store.get(id).await.ok().flatten().map(|r| r.cwd),
+            None => None,
+        };
+        let cwd = match recorded.filter(|c| !c.is_empty()) {
+            Some(c) => c,
+            None => {
+                let config = self.config_dir()?;
+                let id = id.to_owned();
+                tokio::task::spawn_blocking(move || {
+                    let path = claude_host_sdk::transcripts::find_session(&config, &id).ok()?;
+                    claude_host_sdk::transcripts::summarize(&path).ok()?.cwd
+                })
+                .await
+                .ok()??
+            }
+        };
+        let cwd = PathBuf::from(cwd);
+        self.file_indexes.warm(std::slice::from_ref(&cwd));
+        Some(cwd)
+    }
+
     /// Makes `uri` name a terminal of live session `session_id` (until it is unbound or the
     /// session leaves).
     pub fn bind_terminal(&self, uri: &str, session_id: &str) -> Result<(), AgentError> {

@@ -237,6 +237,8 @@ impl Host {
                 format!("no session or chat {uri}"),
             ));
         };
+        // A stored session's `@` index is started before its transcript is read (see there).
+        self.agent.warm_file_index_of(&id).await;
         let handle = self.agent.open_session(&id).await.map_err(|e| match e {
             AgentError::UnknownSession(_) => {
                 RpcError::new(code::SESSION_NOT_FOUND, format!("no session {uri}"))

@@ -351,7 +351,20 @@ async fn open_once(
 /// Beside it, `.pages`: the file offsets of the binary's resident pages (`/proc/<pid>/pagemap`),
 /// one `<perms> <offset>` line each, to name the code a restore paged in (`nm -n` of the same
 /// build unstripped gives the functions at those offsets; stripping does not move them).
+/// With `RESTORE_BENCH_HOOK=CMD` as well (or alone), runs `CMD PID MOMENT` there and waits for
+/// it: a look inside serve at that moment (`scripts/lib/heap-walk.py`, `gdb -p`).
 fn keep_smaps(pid: u32, moment: &str) {
+    if let Some(hook) = std::env::var_os("RESTORE_BENCH_HOOK") {
+        match Command::new(&hook)
+            .arg(pid.to_string())
+            .arg(moment)
+            .status()
+        {
+            Ok(s) if s.success() => {}
+            Ok(s) => eprintln!("restore-bench: the hook at {moment} ended {s}"),
+            Err(e) => eprintln!("restore-bench: cannot run the hook at {moment}: {e}"),
+        }
+    }
     let Some(dir) = std::env::var_os("RESTORE_BENCH_SMAPS") else {
         return;
     };

@@ -143,7 +143,8 @@ pub fn list_newest(
     Ok(out)
 }
 
-fn summarize(path: &Path) -> Result<SessionSummary, TranscriptError> {
+/// One transcript's [`SessionSummary`], from its first and last 64 KiB.
+pub fn summarize(path: &Path) -> Result<SessionSummary, TranscriptError> {
     let mut file = std::fs::File::open(path).map_err(io(path))?;
     let meta = file.metadata().map_err(io(path))?;
     let size = meta.len();

@@ -998,3 +998,81 @@ async fn a_warm_up_left_uncut_by_a_killed_host_is_not_resumed() {
     assert_eq!(turn_states(&s).await, ["complete", "complete"]);
     s.close().await;
 }
+
+/// A transcript the host never saw, begun in `folder` (one prompt), as the CLI lays it out.
+fn stored_transcript(e: &Env, folder: &Path) -> String {
+    let id = uuid::Uuid::new_v4().to_string();
+    let project = claude_host_sdk::transcripts::project_dir(&e.dir.path().join(".claude"), folder);
+    std::fs::create_dir_all(&project).unwrap();
+    let entry = json!({"type": "user", "uuid": uuid::Uuid::new_v4().to_string(),
+        "parentUuid": null, "sessionId": id, "cwd": folder, "timestamp": "2026-01-01T00:00:00Z",
+        "message": {"role": "user", "content": "hello from the folder"}});
+    std::fs::write(project.join(format!("{id}.jsonl")), format!("{entry}\n")).unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_sessions_folder_is_indexed_before_the_session_is_opened() {
+    let e = env().await;
+    let folder = e.dir.path().join("elsewhere");
+    std::fs::create_dir_all(folder.join("notes")).unwrap();
+    std::fs::write(folder.join("notes/findme.txt"), "").unwrap();
+    let id = stored_transcript(&e, &folder);
+    let agent = e.agent(None).await;
+
+    // Without an overlay, the folder the transcript starts in.
+    assert_eq!(agent.warm_file_index_of(&id).await, Some(folder.clone()));
+    assert!(agent.session(&id).is_none(), "looked up, not opened");
+    let found = agent
+        .find_files(vec![folder.clone()], "findme".into(), 10)
+        .await;
+    assert_eq!(
+        found
+            .iter()
+            .map(|m| m.relative.as_str())
+            .collect::<Vec<_>>(),
+        ["notes/findme.txt"]
+    );
+    // The folder the open gives the session, so its front end's warm-up finds it indexed.
+    let s = agent.open_session(&id).await.unwrap();
+    assert_eq!(
+        s.status().working_directories,
+        std::slice::from_ref(&folder)
+    );
+    assert_eq!(
+        agent.warm_file_index_of(&id).await,
+        None,
+        "an open session's folders are its front end's to warm"
+    );
+    assert_eq!(agent.warm_file_index_of("not-a-session").await, None);
+    let unknown = uuid::Uuid::new_v4().to_string();
+    assert_eq!(agent.warm_file_index_of(&unknown).await, None);
+
+    // With an overlay, the folder it records (the session's own, which the open uses too).
+    let other = e.dir.path().join("recorded");
+    std::fs::create_dir_all(&other).unwrap();
+    let id = stored_transcript(&e, &folder);
+    let store = SqliteStore::open(&e.dir.path().join("host.sqlite"))
+        .await
+        .unwrap();
+    let record = SessionRecord {
+        id: id.clone(),
+        resource: None,
+        read: false,
+        host: None,
+        decisions: None,
+        title: None,
+        model: None,
+        effort: None,
+        permission_mode: None,
+        cwd: other.display().to_string(),
+        created_at: 1,
+        updated_at: 2,
+        archived: false,
+    };
+    store.put(&record, None).await.unwrap();
+    let agent = e.agent(Some(Arc::new(store))).await;
+    assert_eq!(agent.warm_file_index_of(&id).await, Some(other.clone()));
+    let s = agent.open_session(&id).await.unwrap();
+    assert_eq!(s.status().working_directories, [other]);
+}
