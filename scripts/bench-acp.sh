@@ -21,5 +21,8 @@ if [ ! -f "$PEER" ]; then
   mkdir -p "$PEER_DIR"
   npm install --prefix "$PEER_DIR" --no-audit --no-fund "@zed-industries/claude-agent-acp@$PEER_VERSION" >&2
 fi
-cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin acp-bench
+# claude-host on its own: built with the bench in one cargo run, it would get the features
+# the bench's dependencies ask for, and not be the binary users run.
+cargo build --release -p claude-host --bin claude-host
+cargo build --release -p claude-host-bench --bin acp-bench
 exec "${CARGO_TARGET_DIR:-target}/release/acp-bench" "$PEER" "${1:-8}"

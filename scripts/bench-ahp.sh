@@ -7,5 +7,8 @@
 #   scripts/bench-ahp.sh latency [SESSIONS] [TURNS]  # the latency part alone (10, 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin ahp-bench
+# claude-host on its own: built with the bench in one cargo run, it would get the features
+# the bench's dependencies ask for, and not be the binary users run.
+cargo build --release -p claude-host --bin claude-host
+cargo build --release -p claude-host-bench --bin ahp-bench
 exec "${CARGO_TARGET_DIR:-target}/release/ahp-bench" "$@"

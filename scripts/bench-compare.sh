@@ -20,9 +20,14 @@ else
   git worktree add --detach "$BASE" "$REV" >/dev/null
   trap 'git worktree remove --force "$BASE" >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 fi
-BINS=(--bin claude-host --bin ahp-bench --bin agent-bench)
-(cd "$BASE" && cargo build --release -q -p claude-host -p claude-host-bench "${BINS[@]}")
-cargo build --release -q -p claude-host -p claude-host-bench "${BINS[@]}"
+# claude-host on its own: built with the bench in one cargo run, it would get the features
+# the bench's dependencies ask for, and not be the binary users run.
+build() {
+  cargo build --release -q -p claude-host --bin claude-host
+  cargo build --release -q -p claude-host-bench --bin ahp-bench --bin agent-bench
+}
+(cd "$BASE" && build)
+build
 
 # One line per measurement: "<label>\t<number>", from either benchmark's output.
 measurements() {

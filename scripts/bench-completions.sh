@@ -5,5 +5,8 @@
 # Arguments: runs (default 3), requests per query and run (default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin completions-bench
+# claude-host on its own: built with the bench in one cargo run, it would get the features
+# the bench's dependencies ask for, and not be the binary users run.
+cargo build --release -p claude-host --bin claude-host
+cargo build --release -p claude-host-bench --bin completions-bench
 exec "${CARGO_TARGET_DIR:-target}/release/completions-bench" "${1:-3}" "${2:-200}"

@@ -17,7 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-3}"
-cargo build --release -p claude-host -p claude-host-bench --bin claude-host --bin proxy-bench
+# claude-host on its own: built with the bench in one cargo run, it would get the features
+# the bench's dependencies ask for, and not be the binary users run.
+cargo build --release -p claude-host --bin claude-host
+cargo build --release -p claude-host-bench --bin proxy-bench
 target="${CARGO_TARGET_DIR:-./target}"
 
 peer=""
