@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """The chunks glibc's main heap holds in a live process, and what they are (docs/BENCHMARKS.md,
-"What the close leaves").
+"The `@` index built before the restore").
 
     scripts/lib/heap-walk.py PID [--from KIB] [--binary UNSTRIPPED]
 
 Walks the main arena's heap (`[heap]` in /proc/PID/maps) chunk by chunk through
-/proc/PID/mem, as root. Prints the heap's size, its free and in-use bytes per MiB of the heap,
-and each in-use chunk at or above --from KiB into the heap (default: the upper half): its
-offset, size, `c` if it sits in a thread's cache, the symbols its words point at (vtables and statics, which name a Rust type)
-and its printable strings. Chunks in a thread's cache or a fast bin count as in use, as
-glibc itself counts them; `malloc_trim` empties the fast bins first.
+/proc/PID/mem, as root. Prints what stays resident after a `malloc_trim`, about; each
+thread's cache of freed chunks (the main thread's is the heap's first chunk) with how many
+of its chunks sit above the first MiB; the heap's free and in-use bytes per MiB; and each
+in-use chunk at or above --from KiB into the heap (default: the upper half): its offset,
+size, `c` if it sits in a thread's cache, the symbols its words point at (vtables and
+statics, which name a Rust type) and its printable strings. Chunks in a thread's cache or a
+fast bin count as in use, as glibc itself counts them; `malloc_trim` empties the fast bins
+first. Built for glibc 2.36 on x86_64 (Debian 12).
 """
 import argparse
 import bisect
