@@ -17,9 +17,11 @@ first. Built for glibc 2.36 on x86_64 (Debian 12).
 import argparse
 import bisect
 import collections
+import os
 import re
 import struct
-import subprocess
+
+from symbols import symbols
 
 p = argparse.ArgumentParser()
 p.add_argument("pid", type=int)
@@ -29,7 +31,7 @@ args = p.parse_args()
 
 maps = open(f"/proc/{args.pid}/maps").read().splitlines()
 heap = None
-exe = subprocess.run(["readlink", f"/proc/{args.pid}/exe"], capture_output=True, text=True).stdout.strip()
+exe = os.readlink(f"/proc/{args.pid}/exe")
 base = None
 for line in maps:
     f = line.split()
@@ -41,13 +43,7 @@ for line in maps:
 if heap is None:
     raise SystemExit("no [heap] mapping")
 
-syms = []
-binary = args.binary or exe
-nm = subprocess.run(["nm", "-C", "--defined-only", "-n", binary], capture_output=True, text=True)
-for line in nm.stdout.splitlines():
-    f = line.split(" ", 2)
-    if len(f) == 3:
-        syms.append((int(f[0], 16), re.sub(r"::h[0-9a-f]{16}$", "", f[2])))
+syms = symbols(args.binary or exe)
 addrs = [a for a, _ in syms]
 
 
@@ -79,11 +75,31 @@ while off + 16 <= size_of_heap:
     off = nxt
 top = off
 
-# A chunk in a thread's cache holds glibc's per-process `tcache_key` in its second word (since
-# glibc 2.34); no other chunk is likely to share one value there with many others.
-keys = collections.Counter(struct.unpack_from("<Q", data, o + 24)[0] for o, s, u in chunks if u and s >= 32)
-key, hits = keys.most_common(1)[0] if keys else (None, 0)
-cached = {o for o, s, u in chunks if u and s >= 32 and hits >= 8 and struct.unpack_from("<Q", data, o + 24)[0] == key}
+
+# Each thread's cache: a 656-byte chunk of 64 counts (u16) and 64 list heads; the main
+# thread's is the heap's first chunk. Its heads point into the heap exactly where counts > 0.
+# Each entry's `next` is stored as next ^ (the entry's address >> 12) (glibc 2.32+).
+cached = set()  # chunk offsets
+caches = []  # (the cache's offset, its chunk count, sizes of its chunks above the first MiB)
+for o, s, u in chunks:
+    if s != 656 or not u:
+        continue
+    counts = struct.unpack_from("<64H", data, o + 16)
+    heads = struct.unpack_from("<64Q", data, o + 16 + 128)
+    if any(c > 64 for c in counts) or any((c > 0) != (h != 0) for c, h in zip(counts, heads)):
+        continue
+    if not all(h == 0 or heap[0] <= h < heap[1] for h in heads):
+        continue
+    high = []
+    for i, h in enumerate(heads):
+        for _ in range(counts[i]):
+            if not heap[0] <= h < heap[1]:
+                break
+            cached.add(h - heap[0] - 16)
+            if h - heap[0] >= 1 << 20:
+                high.append(16 * i + 32)
+            h = struct.unpack_from("<Q", data, h - heap[0])[0] ^ (h >> 12)
+    caches.append((o, sum(counts), collections.Counter(high)))
 
 
 def pages(spans):
@@ -100,29 +116,9 @@ headers = pages((o, o + 48) for o, s, u in chunks if not u)
 held = pages((o, o + s) for o, s, u in chunks if u and o not in cached)
 print(f"resident after a trim, about: {len(live | headers) * 4} KiB ({len(live) * 4} KiB of pages with"
       f" a chunk in use); without the {len(cached)} chunks in threads' caches: {len(held | headers) * 4} KiB")
-# Each thread's cache: a 656-byte chunk of 64 counts (u16) and 64 list heads; the main
-# thread's is the heap's first chunk. Its heads point into the heap exactly where counts > 0.
-for o, s, u in chunks:
-    if s != 656 or not u:
-        continue
-    counts = struct.unpack_from("<64H", data, o + 16)
-    heads = struct.unpack_from("<64Q", data, o + 16 + 128)
-    if any(c > 64 for c in counts) or any((c > 0) != (h != 0) for c, h in zip(counts, heads)):
-        continue
-    if not all(h == 0 or heap[0] <= h < heap[1] for h in heads):
-        continue
-    high = []
-    for i, h in enumerate(heads):
-        # Each entry's `next` is stored as next ^ (the entry's address >> 12) (glibc 2.32+).
-        for _ in range(counts[i]):
-            if not heap[0] <= h < heap[1]:
-                break
-            if h - heap[0] >= 1 << 20:
-                high.append(16 * i + 32)
-            h = struct.unpack_from("<Q", data, h - heap[0])[0] ^ (h >> 12)
-    sizes = collections.Counter(high)
-    print(f"a thread's cache at {o / 1024:.1f} KiB{' (the main thread)' if o == 0 else ''}: {sum(counts)} chunks,"
-          f" {len(high)} above the first MiB (chunk size x count: {', '.join(f'{k}x{v}' for k, v in sorted(sizes.items()))})")
+for o, n, sizes in caches:
+    print(f"a thread's cache at {o / 1024:.1f} KiB{' (the main thread)' if o == 0 else ''}: {n} chunks,"
+          f" {sum(sizes.values())} above the first MiB (chunk size x count: {', '.join(f'{k}x{v}' for k, v in sorted(sizes.items()))})")
 used = sum(s for _, s, u in chunks if u)
 free = [c for c in chunks if not c[2]]
 print(f"heap {size_of_heap / 1024:.0f} KiB, {len(chunks)} chunks below the top at {top / 1024:.0f} KiB;"

@@ -16,6 +16,8 @@ import re
 import subprocess
 import sys
 
+from symbols import symbols
+
 binary, before, after = sys.argv[1:4]
 want = sys.argv[4] if len(sys.argv) > 4 else None
 
@@ -29,12 +31,7 @@ if text is None:
     sys.exit("no executable LOAD segment in " + binary)
 delta = text[1] - text[0]
 
-syms = []
-nm = subprocess.run(["nm", "-C", "--defined-only", "-n", binary], capture_output=True, text=True, check=True)
-for line in nm.stdout.splitlines():
-    f = line.split(" ", 2)
-    if len(f) == 3 and f[1] in "tTwW":
-        syms.append((int(f[0], 16), re.sub(r"::h[0-9a-f]{16}$", "", f[2])))
+syms = symbols(binary, "tTwW")
 if not syms:
     sys.exit(binary + " has no symbols: build it unstripped")
 addrs = [a for a, _ in syms]
