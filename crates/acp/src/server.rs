@@ -383,20 +383,26 @@ impl Server {
         self.wait_ready().await;
         if let Ok(open) = self.session(&id) {
             // Already open on this connection: nothing to start, but a load still shows it.
+            if !replay {
+                let session = open
+                    .handle
+                    .session_state()
+                    .await
+                    .map_err(|e| session_error(&e))?;
+                return Ok(session.config);
+            }
             let snapshot = open
                 .handle
                 .snapshot()
                 .await
                 .map_err(|e| session_error(&e))?;
-            if replay {
-                let mut m = UpdateMapper::new(
-                    snapshot.session.config.clone(),
-                    self.windows().await,
-                    open.handle.cwd(),
-                );
-                for u in m.replay(&snapshot.chat, &snapshot.subagents) {
-                    notify(&cx, &id, u);
-                }
+            let mut m = UpdateMapper::new(
+                snapshot.session.config.clone(),
+                self.windows().await,
+                open.handle.cwd(),
+            );
+            for u in m.replay(&snapshot.chat, &snapshot.subagents) {
+                notify(&cx, &id, u);
             }
             return Ok(snapshot.session.config);
         }
@@ -425,18 +431,28 @@ impl Server {
                 .await
                 .map_err(|e| session_error(&e))?;
         }
-        let (snapshot, sub) = handle.subscribe().await.map_err(|e| session_error(&e))?;
         let id = handle.id().to_owned();
-        let mut mapper = UpdateMapper::new(
-            snapshot.session.config.clone(),
-            self.windows().await,
-            handle.cwd(),
-        );
-        if replay {
+        // Only a replay needs the chats; a long session's are megabytes to copy.
+        let (config, sub, mapper) = if replay {
+            let (snapshot, sub) = handle.subscribe().await.map_err(|e| session_error(&e))?;
+            let mut mapper = UpdateMapper::new(
+                snapshot.session.config.clone(),
+                self.windows().await,
+                handle.cwd(),
+            );
             for u in mapper.replay(&snapshot.chat, &snapshot.subagents) {
                 notify(cx, &id, u);
             }
-        }
+            (snapshot.session.config, sub, mapper)
+        } else {
+            let (session, sub) = handle
+                .subscribe_session()
+                .await
+                .map_err(|e| session_error(&e))?;
+            let mapper =
+                UpdateMapper::new(session.config.clone(), self.windows().await, handle.cwd());
+            (session.config, sub, mapper)
+        };
         let open = Arc::new(Open {
             handle: handle.clone(),
             prompt: Mutex::new(None),
@@ -446,7 +462,7 @@ impl Server {
         if let Some((_, f)) = previous {
             f.abort();
         }
-        Ok(snapshot.session.config)
+        Ok(config)
     }
 
     /// After a session is open: start its CLI before the first prompt needs it, then tell the
@@ -698,13 +714,12 @@ impl Server {
                 .configure(values)
                 .await
                 .map_err(|e| session_error(&e))?;
-            let snapshot = open
+            let session = open
                 .handle
-                .snapshot()
+                .session_state()
                 .await
                 .map_err(|e| session_error(&e))?;
-            Ok(snapshot
-                .session
+            Ok(session
                 .config
                 .as_ref()
                 .map(config::options)

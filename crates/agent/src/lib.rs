@@ -38,9 +38,9 @@ pub use models::{
 };
 pub use outbox::{Published, Sequence};
 pub use session::{
-    ChannelKind, ChatSessionError, Confirmation, ForkedSession, InputReply, SessionEvent,
-    SessionHandle, SessionNotice, SessionSnapshot, SessionStatus, SessionSubscription, SessionUris,
-    WhichChat, empty_chat,
+    ChannelCopy, ChannelKind, ChannelWant, ChannelsSnapshot, ChatSessionError, Confirmation,
+    ForkedSession, InputReply, SessionEvent, SessionHandle, SessionNotice, SessionSnapshot,
+    SessionStatus, SessionSubscription, SessionUris, WhichChat, empty_chat,
 };
 pub use session::{NewTerminal, changeset_uri, tool_terminal_uri};
 

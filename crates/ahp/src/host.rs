@@ -23,8 +23,8 @@ use ahp_types::state::{
 };
 use claude_host_agent::outbox::Replay;
 use claude_host_agent::{
-    AHP_SESSION_PREFIX, Agent, AgentError, CLAUDE_SESSION_PREFIX, ChannelKind, NewSession,
-    Published, SessionHandle, SessionNotice, SessionSnapshot,
+    AHP_SESSION_PREFIX, Agent, AgentError, CLAUDE_SESSION_PREFIX, ChannelCopy, ChannelKind,
+    ChannelWant, NewSession, Published, SessionHandle, SessionNotice,
 };
 use claude_host_protocol::log_safe::Safe;
 use claude_host_protocol::time::{now_rfc3339, rfc3339_from_millis};
@@ -266,43 +266,44 @@ impl Host {
         Ok(Target::Session(handle, kind))
     }
 
-    /// A session channel's snapshot out of the session's; `None` for a subagent chat the
-    /// session does not have.
-    pub(crate) fn snapshot_of(
+    /// A session channel's snapshot from its copy (see [`SessionHandle::channels`]), and how
+    /// many of a chat's oldest turns the copy left out; `None` for a turn's changeset when the
+    /// session has no such turn.
+    pub(crate) fn channel_snapshot(
         uri: &str,
         kind: &ChannelKind,
-        s: SessionSnapshot,
-    ) -> Option<Snapshot> {
-        let from_seq = i64::try_from(s.seq).unwrap_or(i64::MAX);
-        let state = match kind {
-            ChannelKind::Session => SnapshotState::Session(Box::new(s.session)),
-            ChannelKind::Chat => SnapshotState::Chat(Box::new(s.chat)),
-            ChannelKind::Subagent(_) => {
-                let chat = s.subagents.into_iter().find(|c| c.resource == uri)?;
-                SnapshotState::Chat(Box::new(chat))
+        copy: ChannelCopy,
+        seq: u64,
+    ) -> Option<(Snapshot, usize)> {
+        let mut older = 0;
+        let state = match copy {
+            ChannelCopy::Session(s) => SnapshotState::Session(s),
+            ChannelCopy::Chat { state, older: o } => {
+                older = o;
+                SnapshotState::Chat(state)
             }
-            ChannelKind::Terminal(t) => {
-                let state = s.terminals.into_iter().find(|(u, _)| u == t)?.1;
-                SnapshotState::Terminal(Box::new(state))
-            }
-            ChannelKind::Changeset(scope) => {
+            ChannelCopy::Terminal(t) => SnapshotState::Terminal(t),
+            ChannelCopy::Changeset { edits, turn_known } => {
+                let ChannelKind::Changeset(scope) = kind else {
+                    return None;
+                };
                 // The marker of a bounded snapshot is a turn to its client, which asks for
                 // its changes as for any other: it has none.
-                if let claude_host_agent::edits::Scope::Turn(t) = scope
-                    && t != crate::server::OLDER_TURNS_ID
-                    && !s.chat.turns.iter().any(|x| x.id == *t)
-                    && s.chat.active_turn.as_ref().is_none_or(|a| a.id != *t)
+                if !turn_known
+                    && !matches!(scope, claude_host_agent::edits::Scope::Turn(t)
+                        if t == crate::server::OLDER_TURNS_ID)
                 {
                     return None;
                 }
-                SnapshotState::Changeset(Box::new(s.edits.changeset(scope)))
+                SnapshotState::Changeset(Box::new(edits.changeset(scope)))
             }
         };
-        Some(Snapshot {
+        let snapshot = Snapshot {
             resource: uri.to_owned(),
             state,
-            from_seq,
-        })
+            from_seq: i64::try_from(seq).unwrap_or(i64::MAX),
+        };
+        Some((snapshot, older))
     }
 
     /// The root channel's snapshot and its live stream right after it.
@@ -321,8 +322,14 @@ impl Host {
         match self.target(uri).await.ok()? {
             Target::Root => Some(SnapshotState::Root(Box::new(self.root.state()))),
             Target::Session(handle, kind) => {
-                let s = handle.snapshot().await.ok()?;
-                Some(Self::snapshot_of(uri, &kind, s)?.state)
+                let want = ChannelWant {
+                    uri: uri.to_owned(),
+                    kind: kind.clone(),
+                    newest_turns: None,
+                };
+                let s = handle.channels(vec![want]).await.ok()?;
+                let copy = s.channels.into_iter().next().flatten()?;
+                Some(Self::channel_snapshot(uri, &kind, copy, s.seq)?.0.state)
             }
         }
     }

@@ -14,9 +14,7 @@ use crate::root::ROOT;
 use crate::rpc::{RpcError, code};
 use ahp_types::commands::{ReconnectResult, ReconnectSnapshotResult, SubscribeResult};
 use ahp_types::state::Snapshot;
-use claude_host_agent::{
-    ChannelKind, Published, SessionHandle, SessionSnapshot, SessionSubscription, trace,
-};
+use claude_host_agent::{ChannelKind, Published, SessionHandle, SessionSubscription, trace};
 use claude_host_protocol::log_safe::Safe;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -1028,53 +1026,64 @@ impl Opening {
 }
 
 /// Snapshots of `uris` in order, the ones that name nothing, and their streams: the channels
-/// of one session share one subscription, so their snapshots are of one moment.
+/// of one session share one subscription, so their snapshots are of one moment, and each
+/// copies only its own channel's state.
 async fn open_channels(host: &Host, uris: &[String]) -> (Vec<Snapshot>, Vec<String>, Opening) {
     let mut opening = Opening::default();
-    let mut states: Vec<SessionSnapshot> = Vec::new();
-    let mut snapshots = Vec::new();
-    let mut missing = Vec::new();
-    for uri in uris {
+    let mut shown: Vec<Option<Snapshot>> = Vec::with_capacity(uris.len());
+    // Each session's channels, as (the URI's index, its kind), to copy in one command.
+    let mut wanted: Vec<(SessionHandle, Vec<(usize, ChannelKind)>)> = Vec::new();
+    for (at, uri) in uris.iter().enumerate() {
+        shown.push(None);
         match host.target(uri).await {
             Ok(Target::Root) => {
                 let (snapshot, rx) = host.root_subscribe();
-                snapshots.push(snapshot);
+                shown[at] = Some(snapshot);
                 opening.root = Some(rx);
             }
             Ok(Target::Session(handle, kind)) => {
-                let at = match opening.session(&handle) {
-                    Some(at) => at,
-                    None => match handle.subscribe().await {
-                        Ok((state, sub)) => {
-                            opening.sessions.push(OpenedSession::new(handle, sub));
-                            states.push(state);
-                            states.len() - 1
-                        }
-                        Err(_) => {
-                            missing.push(uri.clone());
-                            continue;
-                        }
-                    },
-                };
-                let state = states[at].clone();
-                let seq = state.seq;
-                match Host::snapshot_of(uri, &kind, state) {
-                    Some(mut snapshot) => {
-                        let opened = &mut opening.sessions[at];
-                        // A handshake names channels only: a long chat gets the host's bound.
-                        let shown = host.turns_shown(None);
-                        if let Some(w) =
-                            feed::bound_chat(&mut snapshot, &kind, shown, opened.handle.id())
-                        {
-                            opened.windows.insert(uri.clone(), w);
-                        }
-                        opened.from.insert(uri.clone(), seq);
-                        snapshots.push(snapshot);
-                    }
-                    None => missing.push(uri.clone()),
+                match wanted.iter_mut().find(|(h, _)| h.id() == handle.id()) {
+                    Some((_, channels)) => channels.push((at, kind)),
+                    None => wanted.push((handle, vec![(at, kind)])),
                 }
             }
-            Err(_) => missing.push(uri.clone()),
+            Err(_) => {}
+        }
+    }
+    // A handshake names channels only: a long chat gets the host's bound.
+    let bound = host.turns_shown(None);
+    for (handle, channels) in wanted {
+        let wants = channels
+            .iter()
+            .map(|(at, kind)| feed::want(&uris[*at], kind, bound))
+            .collect();
+        let Ok((copies, sub)) = handle.subscribe_channels(wants).await else {
+            continue;
+        };
+        let mut opened = OpenedSession::new(handle, sub);
+        for ((at, kind), copy) in channels.into_iter().zip(copies.channels) {
+            let uri = &uris[at];
+            let Some((mut snapshot, older)) =
+                copy.and_then(|c| Host::channel_snapshot(uri, &kind, c, copies.seq))
+            else {
+                continue;
+            };
+            if let Some(w) =
+                feed::bound_chat(&mut snapshot, &kind, bound, older, opened.handle.id())
+            {
+                opened.windows.insert(uri.clone(), w);
+            }
+            opened.from.insert(uri.clone(), copies.seq);
+            shown[at] = Some(snapshot);
+        }
+        opening.sessions.push(opened);
+    }
+    let mut snapshots = Vec::with_capacity(uris.len());
+    let mut missing = Vec::new();
+    for (uri, snapshot) in uris.iter().zip(shown) {
+        match snapshot {
+            Some(s) => snapshots.push(s),
+            None => missing.push(uri.clone()),
         }
     }
     (snapshots, missing, opening)

@@ -94,7 +94,7 @@ pub(crate) async fn run(ctx: &Context, args: RunArgs) -> anyhow::Result<ExitCode
     } else {
         tracing::info!(session = %session.id(), "session started");
     }
-    let (_, actions) = session.subscribe().await?;
+    let (_, actions) = session.subscribe_channels(Vec::new()).await?;
     let printer = tokio::spawn(print_actions(actions, args.json));
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let approver = tokio::spawn(approve_loop(session.clone(), interactive));

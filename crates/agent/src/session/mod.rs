@@ -157,6 +157,63 @@ impl SessionSnapshot {
     }
 }
 
+/// A channel of a session whose state a snapshot copies, and how much of it.
+#[derive(Debug, Clone)]
+pub struct ChannelWant {
+    /// The channel's URI (a subagent's chat and a terminal are found by it).
+    pub uri: String,
+    /// Which of the session's channels it is.
+    pub kind: ChannelKind,
+    /// For a chat: at most this many of its completed turns, the newest (`None`: all).
+    pub newest_turns: Option<usize>,
+}
+
+/// One channel's state, copied by [`SessionHandle::channels`].
+#[derive(Debug, Clone)]
+pub enum ChannelCopy {
+    /// The session channel's state.
+    Session(Box<SessionState>),
+    /// A chat's state, without its `older` oldest completed turns (see
+    /// [`ChannelWant::newest_turns`]).
+    Chat {
+        /// The chat, with the newest turns only.
+        state: Box<ChatState>,
+        /// How many of its oldest completed turns were left out.
+        older: usize,
+    },
+    /// A terminal's state.
+    Terminal(Box<ahp_types::state::TerminalState>),
+    /// The edits a changeset is computed from.
+    Changeset {
+        /// The session's edits.
+        edits: Arc<crate::edits::EditBook>,
+        /// For a turn's changeset, whether the session has that turn (always true otherwise).
+        turn_known: bool,
+    },
+}
+
+/// Channels' states at one point of a session's stream: a copy of what was asked for only,
+/// so a client opening one chat of a long session does not pay for a copy of all of it.
+#[derive(Debug)]
+pub struct ChannelsSnapshot {
+    /// Each wanted channel's state, in the order asked; `None`: the session has no such
+    /// channel.
+    pub channels: Vec<Option<ChannelCopy>>,
+    /// The `serverSeq` they are at: every later action of the session has a higher one.
+    pub seq: u64,
+}
+
+/// The session channel's state out of a copy that asked for it first.
+fn session_copy(copies: ChannelsSnapshot) -> Result<SessionState, ChatSessionError> {
+    match copies.channels.into_iter().next().flatten() {
+        Some(ChannelCopy::Session(s)) => Ok(*s),
+        _ => Err(ChatSessionError::Closed),
+    }
+}
+
+/// A receiver of a session's published actions.
+type LiveActions = broadcast::Receiver<Arc<Published>>;
+
 /// One of a session's chats.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WhichChat {
@@ -363,17 +420,22 @@ impl SessionHandle {
         rx.await.map_err(|_| ChatSessionError::Closed)
     }
 
+    /// A subscription to `live`, whose actions up to `last_seq` the subscriber has.
+    fn subscription(&self, live: LiveActions, last_seq: u64) -> SessionSubscription {
+        SessionSubscription {
+            handle: self.clone(),
+            live,
+            backlog: VecDeque::new(),
+            last_seq,
+        }
+    }
+
     /// The state now and a subscription to every action after it.
     pub async fn subscribe(
         &self,
     ) -> Result<(SessionSnapshot, SessionSubscription), ChatSessionError> {
         let (snapshot, live) = self.ask(|reply| Command::Subscribe { reply }).await?;
-        let sub = SessionSubscription {
-            handle: self.clone(),
-            live,
-            backlog: VecDeque::new(),
-            last_seq: snapshot.seq,
-        };
+        let sub = self.subscription(live, snapshot.seq);
         Ok((snapshot, sub))
     }
 
@@ -391,21 +453,69 @@ impl SessionHandle {
             .await?;
         Ok(replay.map(|r| {
             let last_seq = r.actions.last().map_or(last_seen, |p| p.seq());
-            (
-                r.actions,
-                SessionSubscription {
-                    handle: self.clone(),
-                    live: r.live,
-                    backlog: VecDeque::new(),
-                    last_seq,
-                },
-            )
+            (r.actions, self.subscription(r.live, last_seq))
         }))
     }
 
     /// The state now.
     pub async fn snapshot(&self) -> Result<SessionSnapshot, ChatSessionError> {
         self.ask(|reply| Command::Snapshot { reply }).await
+    }
+
+    /// The states of `wants` now: only what they name is copied (see [`ChannelsSnapshot`]).
+    pub async fn channels(
+        &self,
+        wants: Vec<ChannelWant>,
+    ) -> Result<ChannelsSnapshot, ChatSessionError> {
+        Ok(self.ask_channels(wants, false).await?.0)
+    }
+
+    async fn ask_channels(
+        &self,
+        wants: Vec<ChannelWant>,
+        subscribe: bool,
+    ) -> Result<(ChannelsSnapshot, Option<LiveActions>), ChatSessionError> {
+        self.ask(|reply| Command::Channels {
+            wants,
+            subscribe,
+            reply,
+        })
+        .await
+    }
+
+    /// The session channel's state now (its chats not copied).
+    pub async fn session_state(&self) -> Result<SessionState, ChatSessionError> {
+        session_copy(self.channels(vec![self.session_want()]).await?)
+    }
+
+    /// The session channel, as a [`ChannelWant`].
+    fn session_want(&self) -> ChannelWant {
+        ChannelWant {
+            uri: self.resource().to_owned(),
+            kind: ChannelKind::Session,
+            newest_turns: None,
+        }
+    }
+
+    /// A subscription to every action from now on, and the session channel's state it
+    /// starts from (its chats not copied).
+    pub async fn subscribe_session(
+        &self,
+    ) -> Result<(SessionState, SessionSubscription), ChatSessionError> {
+        let (copies, sub) = self.subscribe_channels(vec![self.session_want()]).await?;
+        Ok((session_copy(copies)?, sub))
+    }
+
+    /// [`Self::channels`] and a subscription to every action after them. With no `wants`,
+    /// a subscription to the actions from now on.
+    pub async fn subscribe_channels(
+        &self,
+        wants: Vec<ChannelWant>,
+    ) -> Result<(ChannelsSnapshot, SessionSubscription), ChatSessionError> {
+        let (snapshot, live) = self.ask_channels(wants, true).await?;
+        let live = live.ok_or(ChatSessionError::Closed)?;
+        let sub = self.subscription(live, snapshot.seq);
+        Ok((snapshot, sub))
     }
 
     /// What `read` takes from chat `chat`'s state now; `None` when the session has no such
@@ -893,7 +1003,7 @@ enum CatchUp {
 /// [`SessionEvent::Resync`] with the current state. Nothing is skipped silently.
 pub struct SessionSubscription {
     handle: SessionHandle,
-    live: broadcast::Receiver<Arc<Published>>,
+    live: LiveActions,
     backlog: VecDeque<Arc<Published>>,
     last_seq: u64,
 }

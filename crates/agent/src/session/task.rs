@@ -108,6 +108,12 @@ pub(crate) enum Command {
     Snapshot {
         reply: oneshot::Sender<SessionSnapshot>,
     },
+    /// Copies the wanted channels' states only (and subscribes, when asked).
+    Channels {
+        wants: Vec<super::ChannelWant>,
+        subscribe: bool,
+        reply: oneshot::Sender<(super::ChannelsSnapshot, Option<super::LiveActions>)>,
+    },
     /// Runs `read` on one chat's state (`None`: the session has no such chat), on the
     /// session's task: what it copies out is all that is copied.
     ReadChat {
@@ -697,6 +703,66 @@ pub(super) fn give_back_freed_memory() {
 /// A reading of one chat's state (`None`: no such chat), run on the session's task.
 pub(super) type ChatReader = Box<dyn FnOnce(Option<&ChatState>) + Send>;
 
+/// A copy of `chat` with at most its `newest` completed turns (the newest; all without it).
+fn copy_chat(chat: &ChatState, newest: Option<usize>) -> super::ChannelCopy {
+    let older = newest.map_or(0, |n| chat.turns.len().saturating_sub(n));
+    // Everything but the turns is small: copy the chat without them, then the ones wanted.
+    let mut state = chat_without_turns(chat);
+    state.turns = chat.turns[older..].to_vec();
+    super::ChannelCopy::Chat {
+        state: Box::new(state),
+        older,
+    }
+}
+
+/// `chat`'s state with no completed turns.
+fn chat_without_turns(chat: &ChatState) -> ChatState {
+    let ChatState {
+        resource,
+        title,
+        status,
+        activity,
+        modified_at,
+        changes,
+        origin,
+        movable,
+        interactivity,
+        working_directories,
+        changesets,
+        background_work,
+        canvases,
+        turns: _,
+        turns_next_cursor,
+        active_turn,
+        steering_message,
+        queued_messages,
+        draft,
+        meta,
+    } = chat;
+    ChatState {
+        resource: resource.clone(),
+        title: title.clone(),
+        status: *status,
+        activity: activity.clone(),
+        modified_at: modified_at.clone(),
+        changes: changes.clone(),
+        origin: origin.clone(),
+        movable: *movable,
+        interactivity: *interactivity,
+        working_directories: working_directories.clone(),
+        changesets: changesets.clone(),
+        background_work: background_work.clone(),
+        canvases: canvases.clone(),
+        turns: Vec::new(),
+        turns_next_cursor: turns_next_cursor.clone(),
+        active_turn: active_turn.clone(),
+        steering_message: steering_message.clone(),
+        queued_messages: queued_messages.clone(),
+        draft: draft.clone(),
+        meta: meta.clone(),
+    }
+}
+
 /// An empty chat state, as a new session's chat starts.
 pub fn empty_chat(uri: &str, title: &str) -> ChatState {
     ChatState {
@@ -1104,6 +1170,18 @@ impl Task {
                 let out = self.snapshot();
                 self.deliver(reply, out);
             }
+            Command::Channels {
+                wants,
+                subscribe,
+                reply,
+            } => {
+                if subscribe && self.evicted {
+                    self.rewarm("subscribed");
+                }
+                let live = subscribe.then(|| self.outbox.subscribe());
+                let out = (self.copy_channels(&wants), live);
+                self.deliver(reply, out);
+            }
             Command::ReadChat { chat, read } => {
                 self.sync_status();
                 let state = match chat {
@@ -1216,10 +1294,16 @@ impl Task {
     }
 
     fn snapshot(&self) -> SessionSnapshot {
+        let subagents = self.subagents.iter().map(|c| c.chat.clone()).collect();
+        self.snapshot_with(self.chat.clone(), subagents)
+    }
+
+    /// A snapshot whose chats are these (the rest is small and copied).
+    fn snapshot_with(&self, chat: ChatState, subagents: Vec<ChatState>) -> SessionSnapshot {
         SessionSnapshot {
             session: self.session.clone(),
-            chat: self.chat.clone(),
-            subagents: self.subagents.iter().map(|c| c.chat.clone()).collect(),
+            chat,
+            subagents,
             edits: self.book.clone(),
             terminals: self
                 .terminals
@@ -1228,6 +1312,59 @@ impl Task {
                 .collect(),
             seq: self.outbox.seq(),
         }
+    }
+
+    fn copy_channels(&self, wants: &[super::ChannelWant]) -> super::ChannelsSnapshot {
+        super::ChannelsSnapshot {
+            channels: wants.iter().map(|w| self.copy_channel(w)).collect(),
+            seq: self.outbox.seq(),
+        }
+    }
+
+    fn copy_channel(&self, want: &super::ChannelWant) -> Option<super::ChannelCopy> {
+        use super::ChannelCopy;
+        Some(match &want.kind {
+            ChannelKind::Session => ChannelCopy::Session(Box::new(self.session.clone())),
+            ChannelKind::Chat => copy_chat(&self.chat, want.newest_turns),
+            ChannelKind::Subagent(_) => copy_chat(
+                &self
+                    .subagents
+                    .iter()
+                    .find(|s| s.chat.resource == want.uri)?
+                    .chat,
+                want.newest_turns,
+            ),
+            ChannelKind::Terminal(uri) => {
+                let t = self.terminals.iter().find(|t| t.uri == *uri)?;
+                ChannelCopy::Terminal(Box::new(t.state.clone()))
+            }
+            ChannelKind::Changeset(scope) => ChannelCopy::Changeset {
+                edits: self.book.clone(),
+                turn_known: match scope {
+                    crate::edits::Scope::Turn(t) => {
+                        self.chat.turns.iter().any(|x| x.id == *t)
+                            || self.chat.active_turn.as_ref().is_some_and(|a| a.id == *t)
+                    }
+                    _ => true,
+                },
+            },
+        })
+    }
+
+    /// The state a closing session leaves behind: moved out, not copied (the task ends
+    /// right after, and a long session's chats are megabytes).
+    fn take_snapshot(&mut self) -> SessionSnapshot {
+        let title = self.chat.title.clone();
+        let chat = std::mem::replace(&mut self.chat, empty_chat(&self.uris.chat, &title));
+        let subagents = self
+            .subagents
+            .iter_mut()
+            .map(|c| {
+                let uri = c.chat.resource.clone();
+                std::mem::replace(&mut c.chat, empty_chat(&uri, ""))
+            })
+            .collect();
+        self.snapshot_with(chat, subagents)
     }
 
     fn warm(&mut self, reply: Reply<()>) {
@@ -1342,10 +1479,11 @@ impl Task {
         self.sync_status();
         // Before the command channel closes: a subscriber that fell behind and then finds
         // the session gone catches up from these.
-        let _ = self.ended.set(Ended {
-            snapshot: self.snapshot(),
+        let ended = Ended {
+            snapshot: self.take_snapshot(),
             ring: self.outbox.take_ring(),
-        });
+        };
+        let _ = self.ended.set(ended);
         // Before the command channel closes ([`SessionHandle::closed`]): whoever waits for
         // that sees the session gone from the registry and the count.
         if let Some(exit) = self.exit.take() {
@@ -1400,6 +1538,7 @@ fn refuse_command(cmd: Command) {
         Command::Subscribe { .. }
         | Command::Replay { .. }
         | Command::Snapshot { .. }
+        | Command::Channels { .. }
         | Command::ReadChat { .. }
         | Command::Dispatch { .. }
         | Command::SlashCommands { .. }

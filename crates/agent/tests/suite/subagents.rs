@@ -2,7 +2,7 @@
 
 use super::*;
 use ahp_types::state::ChatState;
-use claude_host_agent::WhichChat;
+use claude_host_agent::{ChannelCopy, ChannelKind, ChannelWant, WhichChat};
 use claude_host_testkit::fake::{Match, Reply, Rule};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -170,6 +170,51 @@ async fn a_subagent_call_gets_a_child_chat_live_and_again_after_a_restart() {
         .read_chat(WhichChat::Uri(format!("{child}-none")), ids)
         .await;
     assert_eq!(read.unwrap(), None);
+    // A snapshot of channels copies the ones asked for, of a chat its newest turns only.
+    let want = |uri: &str, kind: ChannelKind, newest_turns| ChannelWant {
+        uri: uri.to_owned(),
+        kind,
+        newest_turns,
+    };
+    let copies = s
+        .channels(vec![
+            want(&child, ChannelKind::Subagent(call.clone()), Some(0)),
+            want(&chat, ChannelKind::Chat, Some(1)),
+            want(&chat, ChannelKind::Chat, None),
+            want(
+                &format!("{child}-none"),
+                ChannelKind::Subagent(call.clone()),
+                None,
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(copies.seq, snap.seq);
+    let [child_copy, newest, whole, none] = &copies.channels[..] else {
+        panic!("{copies:?}");
+    };
+    let Some(ChannelCopy::Chat { state, older }) = child_copy else {
+        panic!("{child_copy:?}");
+    };
+    assert_eq!(
+        (state.resource.as_str(), state.turns.len(), *older),
+        (child.as_str(), 0, 1)
+    );
+    assert_eq!(state.title, live_child.title);
+    let all = ids(&snap.chat);
+    assert!(!all.is_empty());
+    let Some(ChannelCopy::Chat { state, older }) = newest else {
+        panic!("{newest:?}");
+    };
+    assert_eq!(
+        (ids(state), *older),
+        (all[all.len() - 1..].to_vec(), all.len() - 1)
+    );
+    let Some(ChannelCopy::Chat { state, older: 0 }) = whole else {
+        panic!("{whole:?}");
+    };
+    assert_eq!(ids(state), all);
+    assert!(none.is_none());
 
     // After a restart, the same child turn comes back from the subagent's transcript.
     let id = s.id().to_owned();

@@ -20,7 +20,8 @@ use ahp_types::state::{
     MarkdownResponsePart, MessageKind, ResponsePart, Snapshot, SnapshotState, Turn, TurnState,
 };
 use claude_host_agent::{
-    ChannelKind, Published, SessionEvent, SessionHandle, SessionSubscription, WhichChat, trace,
+    ChannelKind, ChannelWant, Published, SessionEvent, SessionHandle, SessionSubscription,
+    WhichChat, trace,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -322,11 +323,12 @@ async fn subscribe(
     id: &Value,
 ) {
     let Opened { uri, kind, shown } = opened;
+    let wants = vec![want(&uri, &kind, shown)];
     // With a stream already going, a snapshot taken now is at or after every action this
     // feed has passed, so the channel's actions go on right after it, in order.
     let snapshot = match sub {
-        Some(_) => handle.snapshot().await,
-        None => handle.subscribe().await.map(|(s, live)| {
+        Some(_) => handle.channels(wants).await,
+        None => handle.subscribe_channels(wants).await.map(|(s, live)| {
             *sub = Some(live);
             s
         }),
@@ -334,10 +336,11 @@ async fn subscribe(
     match snapshot {
         Ok(s) => {
             let seq = s.seq;
-            match Host::snapshot_of(&uri, &kind, s) {
-                Some(mut snapshot) => {
+            let copy = s.channels.into_iter().next().flatten();
+            match copy.and_then(|c| Host::channel_snapshot(&uri, &kind, c, seq)) {
+                Some((mut snapshot, older)) => {
                     windows.remove(&uri);
-                    if let Some(w) = bound_chat(&mut snapshot, &kind, shown, handle.id()) {
+                    if let Some(w) = bound_chat(&mut snapshot, &kind, shown, older, handle.id()) {
                         windows.insert(uri.clone(), w);
                     }
                     from.insert(uri, seq);
@@ -361,12 +364,27 @@ async fn subscribe(
     }
 }
 
-/// Bounds `snapshot`, of channel `kind` of session `session_id`, to the turns `shown` lets a
-/// chat's snapshot hold; the window the client then holds (`None`: every turn).
+/// What a snapshot of channel `kind` at `uri` copies for a client shown `shown`: of a chat,
+/// no more turns than it will hold.
+pub(super) fn want(uri: &str, kind: &ChannelKind, shown: TurnsShown) -> ChannelWant {
+    ChannelWant {
+        uri: uri.to_owned(),
+        kind: kind.clone(),
+        newest_turns: match shown {
+            TurnsShown::All => None,
+            TurnsShown::Asked(n) | TurnsShown::Bounded(n) => Some(n),
+        },
+    }
+}
+
+/// Marks `snapshot`, of channel `kind` of session `session_id`, a chat copied without its
+/// `older` oldest turns (see [`want`]), as `shown` says a client is told; the window the
+/// client then holds (`None`: every turn).
 pub(super) fn bound_chat(
     snapshot: &mut Snapshot,
     kind: &ChannelKind,
     shown: TurnsShown,
+    older: usize,
     session_id: &str,
 ) -> Option<Window> {
     let SnapshotState::Chat(chat) = &mut snapshot.state else {
@@ -377,15 +395,14 @@ pub(super) fn bound_chat(
         TurnsShown::Asked(n) => (n, false),
         TurnsShown::Bounded(n) => (n, true),
     };
-    if chat.turns.len() <= n {
+    if older == 0 {
         return None;
     }
     let w = Window {
         kind: kind.clone(),
-        start: chat.turns.len() - n,
+        start: older,
         page: n.max(1),
     };
-    chat.turns.drain(..w.start);
     if marked {
         chat.turns.insert(0, older_turns(w.start, session_id));
     }
