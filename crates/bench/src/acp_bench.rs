@@ -15,6 +15,10 @@
 //! Experiments: `BENCH_ACP_TYPED_FIRST=1` runs each agent's typed session before any other,
 //! `BENCH_ACP_TYPED_OWN_DIR=1` in a project directory of its own.
 //!
+//! The two targets are also printed paired by round (claude-host's typed first prompt less the
+//! floor's of the same round; the peer's later prompts over claude-host's), since a round's
+//! three sides share that minute's machine.
+//!
 //! Each prompt's path is also printed step by step (p50/p99): claude-host's own latency
 //! marks (`claude_host_sdk::trace`, turned on in its environment), this client's instants
 //! and the fake's receipt of the model request; the peer's and the bare CLI's paths are split
@@ -521,6 +525,7 @@ async fn main() -> anyhow::Result<()> {
     report(&ours, &theirs, rounds);
     let floor_ms: Vec<f64> = floor.iter().map(|(ms, _, _)| *ms).collect();
     report_floor(&env, &floor_ms, &ours, &theirs);
+    report_paired(&floor_ms, &ours, &theirs);
     report_steps(&ours, &theirs, &floor);
     report_requests(&ours, &theirs, &floor);
     Ok(())
@@ -717,6 +722,43 @@ fn report_floor(env: &Env, floor: &[f64], ours: &[Figures], theirs: &[Figures]) 
          floor: {:.2}× (the most any host could reach with this CLI's warm-up)",
         ours - bare,
         if bare > 0.0 { theirs / bare } else { 0.0 },
+    );
+}
+
+/// The two targets round by round. A round runs claude-host, the peer and the floor one after
+/// the other, so each round's figures share the machine's state of that minute; the medians of
+/// each side above do not pair them, and on a machine whose speed drifts within a run their
+/// difference can be the drift's.
+fn report_paired(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
+    let over: Vec<f64> = ours
+        .iter()
+        .zip(floor)
+        .map(|(o, f)| o.typed_first_chunk_ms - f)
+        .collect();
+    let ratios: Vec<f64> = ours
+        .iter()
+        .zip(theirs)
+        .filter(|(o, _)| o.warm_first_chunk_ms > 0.0)
+        .map(|(o, t)| t.warm_first_chunk_ms / o.warm_first_chunk_ms)
+        .collect();
+    let list = |v: &[f64], digits: usize| {
+        v.iter()
+            .map(|x| format!("{x:.digits$}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!();
+    println!(
+        "paired by round: first prompt, claude-host − floor: median {:+.1} ms, within +5 ms in {} of {} rounds ({}); \
+         later prompts, peer ÷ claude-host: median {:.2}, at least 1.0 in {} of {} rounds ({})",
+        median(over.clone()),
+        over.iter().filter(|d| **d <= 5.0).count(),
+        over.len(),
+        list(&over, 1),
+        median(ratios.clone()),
+        ratios.iter().filter(|r| **r >= 1.0).count(),
+        ratios.len(),
+        list(&ratios, 2),
     );
 }
 

@@ -10,7 +10,9 @@
 //!   `ahp-ws`) subscribes to the session, then to its default chat with no `view`, until the
 //!   chat's snapshot, every turn, is in. The
 //!   host's RSS idle (before), at its peak (`VmHWM`), right after the client left, and after the
-//!   session closed itself (`--restored-idle-secs 1`);
+//!   session closed itself (`--restored-idle-secs 1`). Idle is taken twice: with the client
+//!   just connected, and after it did what VS Code does on connecting, before a user opens a
+//!   session (the root subscribed, the sessions listed): where a host in use idles;
 //! - AHP open of the newest 50 turns: the same, the chat subscribed with `view: {turns: 50}`
 //!   (what a client that pages older turns in with `fetchTurns` waits for first);
 //! - ACP `session/load`: a `claude-host acp`; time to the answer (the history is replayed as
@@ -181,6 +183,10 @@ struct Open {
     snapshot_bytes: usize,
     paging: Option<(Duration, usize)>,
     idle_kib: u64,
+    /// RSS once the client had subscribed to the root and listed the sessions, as VS Code does
+    /// on connecting: what a host in use holds before any session is opened, so what the
+    /// close is measured against.
+    listed_kib: u64,
     peak_kib: u64,
     left_kib: u64,
     closed_kib: u64,
@@ -239,6 +245,16 @@ async fn ahp_open(bin: &Path, f: &Fixture, view_turns: Option<i64>) -> anyhow::R
     let idle_kib = common::rss_kib(pid);
     let idle_anon_kib = status_kib(pid, "RssAnon:");
     keep_smaps(pid, "idle");
+    let _: Value = c
+        .request("subscribe", json!({"channel": "ahp-root://"}))
+        .await
+        .context("subscribing to the root")?;
+    let _: Value = c
+        .request("listSessions", json!({"channel": "ahp-root://"}))
+        .await
+        .context("listing the sessions")?;
+    let listed_kib = common::rss_kib(pid);
+    keep_smaps(pid, "listed");
     let first = open_once(c, pid, f, view_turns).await?;
     let peak_kib = status_kib(pid, "VmHWM:");
     keep_smaps(pid, "closed");
@@ -252,6 +268,7 @@ async fn ahp_open(bin: &Path, f: &Fixture, view_turns: Option<i64>) -> anyhow::R
         snapshot_bytes: first.snapshot_bytes,
         paging: first.paging,
         idle_kib,
+        listed_kib,
         peak_kib,
         left_kib: first.left_kib,
         closed_kib: first.closed_kib,
@@ -525,7 +542,7 @@ async fn main() -> anyhow::Result<()> {
         std::env::temp_dir().join(format!("claude-host-restore-bench-{}", std::process::id()));
     println!("restoring long sessions (each its own process; RSS in MiB, times in s)");
     println!(
-        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | AHP open of the newest {VIEW_TURNS} turns: time, snapshot, serve's peak; then every older turn paged in: time, fetchTurns | serve RSS idle → peak → client left → session closed → opened and closed again (anonymous idle → closed → again) | ACP load: time, peak RSS, updates |"
+        "| size | lines | turns | show --json: time (CPU), peak RSS | fork: time (CPU), peak RSS | AHP open: time, snapshot | AHP open of the newest {VIEW_TURNS} turns: time, snapshot, serve's peak; then every older turn paged in: time, fetchTurns | serve RSS idle → sessions listed → peak → client left → session closed → opened and closed again (anonymous idle → closed → again); closed ÷ listed | ACP load: time, peak RSS, updates |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for mb in &sizes {
@@ -548,7 +565,7 @@ async fn main() -> anyhow::Result<()> {
         );
         let (load, load_peak, updates) = acp_load(&bin, &f).await?;
         println!(
-            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.2}, {:.2} MB, {:.0}; {} | {:.0} → {:.0} → {:.0} → {:.0} → {:.0} (anon {:.1} → {:.1} → {:.1}) | {:.2}, {:.0}, {updates} |",
+            "| {mb} MB | {} | {} | {:.2} ({:.2}), {:.0} ({:.1} MB out) | {:.2} ({:.2}), {:.0} | {:.2}, {:.1} MB | {:.2}, {:.2} MB, {:.0}; {} | {:.0} → {:.0} → {:.0} → {:.0} → {:.0} → {:.0} (anon {:.1} → {:.1} → {:.1}); {:.3} | {:.2}, {:.0}, {updates} |",
             f.generated.lines,
             open.turns,
             secs(show.wall),
@@ -568,6 +585,7 @@ async fn main() -> anyhow::Result<()> {
                 None => "nothing older".to_owned(),
             },
             mib(open.idle_kib),
+            mib(open.listed_kib),
             mib(open.peak_kib),
             mib(open.left_kib),
             mib(open.closed_kib),
@@ -575,6 +593,7 @@ async fn main() -> anyhow::Result<()> {
             open.idle_anon_kib as f64 / 1024.0,
             open.closed_anon_kib as f64 / 1024.0,
             open.reclosed_anon_kib as f64 / 1024.0,
+            open.closed_kib as f64 / open.listed_kib.max(1) as f64,
             secs(load),
             mib(load_peak),
         );
