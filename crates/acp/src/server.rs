@@ -433,26 +433,24 @@ impl Server {
         }
         let id = handle.id().to_owned();
         // Only a replay needs the chats; a long session's are megabytes to copy.
-        let (config, sub, mapper) = if replay {
-            let (snapshot, sub) = handle.subscribe().await.map_err(|e| session_error(&e))?;
-            let mut mapper = UpdateMapper::new(
-                snapshot.session.config.clone(),
-                self.windows().await,
-                handle.cwd(),
-            );
-            for u in mapper.replay(&snapshot.chat, &snapshot.subagents) {
-                notify(cx, &id, u);
-            }
-            (snapshot.session.config, sub, mapper)
+        let (session, chats, sub) = if replay {
+            let (s, sub) = handle.subscribe().await.map_err(|e| session_error(&e))?;
+            (s.session, Some((s.chat, s.subagents)), sub)
         } else {
-            let (session, sub) = handle
+            let (s, sub) = handle
                 .subscribe_session()
                 .await
                 .map_err(|e| session_error(&e))?;
-            let mapper =
-                UpdateMapper::new(session.config.clone(), self.windows().await, handle.cwd());
-            (session.config, sub, mapper)
+            (s, None, sub)
         };
+        let mut mapper =
+            UpdateMapper::new(session.config.clone(), self.windows().await, handle.cwd());
+        if let Some((chat, subagents)) = chats {
+            for u in mapper.replay(&chat, &subagents) {
+                notify(cx, &id, u);
+            }
+        }
+        let config = session.config;
         let open = Arc::new(Open {
             handle: handle.clone(),
             prompt: Mutex::new(None),
