@@ -237,29 +237,41 @@ impl<'s> ParallelVisitorBuilder<'s> for Collectors<'s> {
 impl FileIndex {
     /// Walks `root` (blocking: run it off the async workers), keeping at most `cap` entries.
     pub fn build(root: &Path, cap: usize) -> FileIndex {
+        Self::build_with(root, cap, global_excludes_file(|k| std::env::var_os(k)))
+    }
+
+    /// [`FileIndex::build`] with the user's global git excludes file given.
+    fn build_with(root: &Path, cap: usize, global_excludes: Option<PathBuf>) -> FileIndex {
         let started = Instant::now();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
         let done = Mutex::new(Vec::new());
         let count = AtomicUsize::new(0);
         let capped = AtomicBool::new(false);
-        WalkBuilder::new(root)
+        let mut walk = WalkBuilder::new(root);
+        walk
             // Hidden files are offered (`.github/…`, `.env`); the folders in SKIPPED are not.
             .hidden(false)
             .follow_links(false)
             .threads(threads)
+            // Found by `global_excludes_file` instead (see there), and added below.
+            .git_global(false)
             .filter_entry(|e| {
                 !(e.depth() > 0
                     && e.file_type().is_some_and(|t| t.is_dir())
                     && e.file_name().to_str().is_some_and(|n| SKIPPED.contains(&n)))
-            })
-            .build_parallel()
-            .visit(&mut Collectors {
-                root,
-                done: &done,
-                count: &count,
-                capped: &capped,
-                cap,
             });
+        if let Some(excludes) = global_excludes
+            && let Some(e) = walk.add_ignore(&excludes)
+        {
+            tracing::debug!(file = %excludes.display(), error = %e, "a line of the global git excludes file is not used");
+        }
+        walk.build_parallel().visit(&mut Collectors {
+            root,
+            done: &done,
+            count: &count,
+            capped: &capped,
+            cap,
+        });
         let mut parts = done
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -454,6 +466,64 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The user's global git excludes file, if there is one: `core.excludesFile` of git's
+/// config (`$GIT_CONFIG_GLOBAL`, `~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`, then
+/// `$GIT_CONFIG_SYSTEM` or `/etc/gitconfig`, the first that names one), else
+/// `$XDG_CONFIG_HOME/git/ignore`. `var` reads the environment.
+///
+/// The `ignore` crate finds the same file itself (`git_global`), reading the config line
+/// with a regex it compiles on a process's first walk: the regex engine's code was a third
+/// of what a host paged in on its first session open, about 450 KiB kept resident for good,
+/// to read one line (docs/BENCHMARKS.md, *What a first open faults in*). Given as an
+/// ignore file instead, its patterns apply in every folder, where `git_global` applies them
+/// only inside a git repository: an `.DS_Store` or `*.swp` the user excludes is no more
+/// wanted for `@` outside one.
+fn global_excludes_file(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let set = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let home = set("HOME");
+    let xdg = set("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let configs = [
+        set("GIT_CONFIG_GLOBAL"),
+        home.as_ref().map(|h| h.join(".gitconfig")),
+        xdg.as_ref().map(|x| x.join("git/config")),
+        Some(set("GIT_CONFIG_SYSTEM").unwrap_or_else(|| PathBuf::from("/etc/gitconfig"))),
+    ];
+    configs
+        .into_iter()
+        .flatten()
+        .find_map(|c| excludes_file_in(&std::fs::read(c).ok()?, home.as_deref()))
+        .or_else(|| xdg.map(|x| x.join("git/ignore")))
+        .filter(|f| f.is_file())
+}
+
+/// The `excludesFile` a git config names, read as `ignore` reads it: the first line
+/// `excludesfile = <path>` (any case, in any section, the path optionally quoted and without
+/// spaces), a leading `~/` the home directory.
+fn excludes_file_in(config: &[u8], home: Option<&Path>) -> Option<PathBuf> {
+    config.split(|&b| b == b'\n').find_map(|line| {
+        let (key, rest) = line.trim_ascii().split_at_checked(b"excludesfile".len())?;
+        if !key.eq_ignore_ascii_case(b"excludesfile") {
+            return None;
+        }
+        let value = rest.trim_ascii_start().strip_prefix(b"=")?.trim_ascii();
+        let value = value
+            .strip_prefix(b"\"")
+            .unwrap_or(value)
+            .trim_ascii_start();
+        let value = value.strip_suffix(b"\"").unwrap_or(value).trim_ascii_end();
+        if value.is_empty() || value.iter().any(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let value = std::str::from_utf8(value).ok()?;
+        Some(match (value.strip_prefix('~'), home) {
+            (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
+                home.join(rest.trim_start_matches('/'))
+            }
+            _ => PathBuf::from(value),
+        })
+    })
+}
+
 /// The file indexes of every folder sessions work in, shared by all of them.
 #[derive(Debug, Default)]
 pub struct FileIndexes {
@@ -593,6 +663,126 @@ mod tests {
             .iter()
             .map(|m| (m.relative.as_str(), m.is_dir))
             .collect()
+    }
+
+    #[test]
+    fn the_excludes_file_is_read_from_a_git_config_as_ignore_reads_it() {
+        let home = Some(Path::new("/home/u"));
+        let read = |c: &str| excludes_file_in(c.as_bytes(), home);
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(read("[core]\nexcludesFile = /foo/bar"), p("/foo/bar"));
+        assert_eq!(
+            read("[core]\n\texcludesfile=~/foo/bar\r\n"),
+            p("/home/u/foo/bar")
+        );
+        assert_eq!(read("[core]\nEXCLUDESFILE = \"~/q\""), p("/home/u/q"));
+        assert_eq!(read("[core]\nexcludeFile = /foo/bar"), None);
+        assert_eq!(read("[core]\nexcludesFilex = /foo/bar"), None);
+        assert_eq!(read("[core]\nexcludesFile = \" \"~/foo/bar \" \""), None);
+        assert_eq!(read("[core]\nexcludesFile = a b"), None);
+        // Only a leading `~` alone or before a slash is the home directory.
+        assert_eq!(read("excludesFile = C:/RUNNER~1/x"), p("C:/RUNNER~1/x"));
+        assert_eq!(read("excludesFile = ~other/x"), p("~other/x"));
+        // The first line that reads as one wins.
+        assert_eq!(
+            read("excludesfile = a b\n[x]\nexcludesfile = /one\nexcludesfile = /two"),
+            p("/one")
+        );
+    }
+
+    #[test]
+    fn the_global_excludes_file_is_looked_up_where_git_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let xdg = home.join(".config");
+        std::fs::create_dir_all(xdg.join("git")).unwrap();
+        let file = |name: &str| {
+            let f = dir.path().join(name);
+            std::fs::write(&f, "*.swp\n").unwrap();
+            f
+        };
+        let env = |vars: Vec<(&'static str, PathBuf)>| {
+            let home = home.clone();
+            move |k: &str| {
+                if k == "HOME" {
+                    return Some(home.clone().into_os_string());
+                }
+                vars.iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| v.clone().into_os_string())
+            }
+        };
+        let none = PathBuf::from("/nonexistent/gitconfig");
+        let no_system = || vec![("GIT_CONFIG_SYSTEM", none.clone())];
+        // Nothing configured and no default file.
+        assert_eq!(global_excludes_file(env(no_system())), None);
+        // The default, `$XDG_CONFIG_HOME/git/ignore` (here `~/.config`).
+        std::fs::write(xdg.join("git/ignore"), "*.tmp\n").unwrap();
+        assert_eq!(
+            global_excludes_file(env(no_system())),
+            Some(xdg.join("git/ignore"))
+        );
+        // `~/.config/git/config` names one, then `~/.gitconfig` does, which comes first.
+        let from_xdg = file("from-xdg");
+        std::fs::write(
+            xdg.join("git/config"),
+            format!("[core]\n\texcludesFile = {}\n", from_xdg.display()),
+        )
+        .unwrap();
+        assert_eq!(global_excludes_file(env(no_system())), Some(from_xdg));
+        file("from-home");
+        std::fs::write(
+            home.join(".gitconfig"),
+            "[user]\n\tname = U\n[core]\n\texcludesfile = \"~/../from-home\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            global_excludes_file(env(no_system())),
+            Some(home.join("../from-home"))
+        );
+        // `$GIT_CONFIG_GLOBAL` first of all; a named file that does not exist is none.
+        let global = dir.path().join("global-config");
+        std::fs::write(&global, "[core]\nexcludesFile = /nonexistent/ignore\n").unwrap();
+        let mut vars = no_system();
+        vars.push(("GIT_CONFIG_GLOBAL", global));
+        assert_eq!(global_excludes_file(env(vars)), None);
+    }
+
+    #[test]
+    fn the_global_excludes_file_hides_files_in_any_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("work");
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/a.rs"), "").unwrap();
+        std::fs::write(root.join("src/.a.rs.swp"), "").unwrap();
+        std::fs::write(root.join("keep.swp"), "").unwrap();
+        std::fs::write(root.join(".gitignore"), "!keep.swp\n").unwrap();
+        let excludes = dir.path().join("ignore");
+        std::fs::write(&excludes, "*.swp\n").unwrap();
+        let found = |excludes: Option<PathBuf>| {
+            let index = Arc::new(FileIndex::build_with(&root, 100, excludes));
+            let mut n: Vec<String> = search(&[index], "", 100)
+                .into_iter()
+                .map(|m| m.relative)
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(
+            found(None),
+            [".gitignore", "keep.swp", "src", "src/.a.rs.swp", "src/a.rs"]
+        );
+        // Not a git repository, and applied all the same (and `.gitignore` is not).
+        assert_eq!(
+            found(Some(excludes.clone())),
+            [".gitignore", "src", "src/a.rs"]
+        );
+        // In a repository its `.gitignore` comes first, as with git.
+        std::fs::create_dir(root.join(".git")).unwrap();
+        assert_eq!(
+            found(Some(excludes)),
+            [".gitignore", "keep.swp", "src", "src/a.rs"]
+        );
     }
 
     fn always_stale() -> FileIndexes {

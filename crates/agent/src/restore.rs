@@ -9,21 +9,14 @@ use ahp_types::state::{
     ToolCallConfirmationReason, ToolCallResponsePart, ToolCallState, ToolInput, ToolResultContent,
     ToolResultTextContent, Turn, TurnState, UsageInfo,
 };
-use claude_host_protocol::frames::{Block, UserContent};
+use claude_host_protocol::frames::{BlockRef, ContentRef};
 use claude_host_sdk::transcripts::{Transcript, TranscriptError, TranscriptIndex};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-#[derive(Deserialize)]
-struct Content {
-    content: UserContent,
-}
-
-fn content(entry: &Map<String, Value>) -> Option<UserContent> {
-    Content::deserialize(entry.get("message")?)
-        .ok()
-        .map(|c| c.content)
+/// An entry's message content, read in place ([`ContentRef`]: not copied into `Block`s).
+fn content(entry: &Map<String, Value>) -> Option<ContentRef<'_>> {
+    ContentRef::of(entry.get("message")?.get("content")?)
 }
 
 /// The completed turns of a transcript's main chain, oldest first. A turn starts at each
@@ -394,11 +387,8 @@ impl TurnBuilder {
                 });
             }
             "user" => {
-                let UserContent::Blocks(blocks) = &c else {
-                    return;
-                };
-                for b in blocks {
-                    let Block::ToolResult {
+                for b in c.blocks() {
+                    let BlockRef::ToolResult {
                         tool_use_id,
                         is_error,
                         ..
@@ -437,29 +427,26 @@ impl TurnBuilder {
                         None => responses.push(response),
                     }
                 }
-                let UserContent::Blocks(blocks) = c else {
-                    return;
-                };
-                for (i, b) in blocks.into_iter().enumerate() {
+                for (i, b) in c.blocks().enumerate() {
                     let id = format!("{}#{uuid}#{i}", turn.id);
                     let part = match b {
-                        Block::Text { text, .. } => {
-                            ResponsePart::Markdown(MarkdownResponsePart { id, content: text })
-                        }
-                        Block::Thinking { thinking, .. } => {
+                        BlockRef::Text(text) => ResponsePart::Markdown(MarkdownResponsePart {
+                            id,
+                            content: text.to_owned(),
+                        }),
+                        BlockRef::Thinking(thinking) => {
                             ResponsePart::Reasoning(ReasoningResponsePart {
                                 id,
-                                content: thinking,
+                                content: thinking.to_owned(),
                             })
                         }
-                        Block::ToolUse {
+                        BlockRef::ToolUse {
                             id: call_id,
                             name,
                             input,
-                            ..
                         } => {
-                            calls.insert(call_id.clone(), (ti, turn.response_parts.len()));
-                            completed_call(call_id, &name, &input)
+                            calls.insert(call_id.to_owned(), (ti, turn.response_parts.len()));
+                            completed_call(call_id.to_owned(), name, input)
                         }
                         _ => continue,
                     };
@@ -555,36 +542,36 @@ pub(crate) fn is_prompt_entry(e: &Map<String, Value>) -> bool {
         && content(e).is_some_and(|c| is_prompt(e, &c))
 }
 
-fn is_prompt(e: &Map<String, Value>, content: &UserContent) -> bool {
+fn is_prompt(e: &Map<String, Value>, content: &ContentRef) -> bool {
     is_prompt_in(e, content, false)
 }
 
 /// Whether an entry is a prompt; `sidechain`: of a subagent's own transcript, where every
 /// entry is on the side chain.
-fn is_prompt_in(e: &Map<String, Value>, content: &UserContent, sidechain: bool) -> bool {
+fn is_prompt_in(e: &Map<String, Value>, content: &ContentRef, sidechain: bool) -> bool {
     if e.get("isMeta") == Some(&Value::Bool(true))
         || (!sidechain && e.get("isSidechain") == Some(&Value::Bool(true)))
     {
         return false;
     }
     match content {
-        UserContent::Text(s) => !s.starts_with('<'),
-        UserContent::Blocks(blocks) => {
-            !blocks.iter().any(|b| matches!(b, Block::ToolResult { .. }))
+        ContentRef::Text(s) => !s.starts_with('<'),
+        ContentRef::Blocks(_) => {
+            !content
+                .blocks()
+                .any(|b| matches!(b, BlockRef::ToolResult { .. }))
                 && !prompt_text(content).is_empty()
         }
     }
 }
 
-fn prompt_text(content: &UserContent) -> String {
+fn prompt_text(content: &ContentRef) -> String {
     match content {
-        UserContent::Text(s) => s.clone(),
-        UserContent::Blocks(blocks) => blocks
-            .iter()
+        ContentRef::Text(s) => (*s).to_owned(),
+        ContentRef::Blocks(_) => content
+            .blocks()
             .filter_map(|b| match b {
-                Block::Text { text, .. } if !text.starts_with("<system-reminder>") => {
-                    Some(text.as_str())
-                }
+                BlockRef::Text(text) if !text.starts_with("<system-reminder>") => Some(text),
                 _ => None,
             })
             .collect::<Vec<_>>()

@@ -198,15 +198,134 @@ impl Block {
         let Block::ToolResult { content, .. } = self else {
             return None;
         };
-        Some(match content {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
+        Some(tool_result_text(content))
+    }
+}
+
+/// A tool result's `content` as text: a string, or its text blocks joined by newlines.
+fn tool_result_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// A [`Block`] read in place from a parsed JSON value: the fields [`Block`] names, borrowed.
+///
+/// For readers of transcripts, whose entries are already `Value`s. Deserializing [`Block`]
+/// from a `Value` copies each block through serde's content buffer (the tag, the untagged
+/// fallback, the flattened rest) only to read a few strings; a restore did that for every
+/// block of a session, and the buffer's code was a quarter of the code a first restore paged
+/// in (docs/BENCHMARKS.md, *What a first open faults in*). Where [`Block`] reads a
+/// block, this reads the same; a block [`Block`] rejects (a field of the wrong type) reads
+/// as [`BlockRef::Other`] here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BlockRef<'a> {
+    /// [`Block::Text`]'s text.
+    Text(&'a str),
+    /// [`Block::Thinking`]'s thinking.
+    Thinking(&'a str),
+    /// [`Block::ToolUse`].
+    ToolUse {
+        /// Its id.
+        id: &'a str,
+        /// The tool.
+        name: &'a str,
+        /// Its input (`null` when absent).
+        input: &'a Value,
+    },
+    /// [`Block::ToolResult`].
+    ToolResult {
+        /// The call it answers.
+        tool_use_id: &'a str,
+        /// A string or a list of blocks (`null` when absent).
+        content: &'a Value,
+        /// Whether the tool failed.
+        is_error: Option<bool>,
+    },
+    /// Any other block, or one [`Block`] would not read.
+    Other,
+}
+
+/// What an absent `input` or `content` reads as, as [`Block`]'s `#[serde(default)]` gives it.
+static NULL: Value = Value::Null;
+
+impl<'a> BlockRef<'a> {
+    /// The block `v`.
+    pub fn of(v: &'a Value) -> BlockRef<'a> {
+        Self::read(v).unwrap_or(BlockRef::Other)
+    }
+
+    fn read(v: &'a Value) -> Option<BlockRef<'a>> {
+        let b = v.as_object()?;
+        // A present field must have the type `Block` gives it; an absent one its default.
+        let text = |key: &str| match b.get(key) {
+            None => Some(""),
+            Some(t) => t.as_str(),
+        };
+        let string = |key: &str| b.get(key).and_then(Value::as_str);
+        let any = |key: &str| b.get(key).unwrap_or(&NULL);
+        Some(match b.get("type").and_then(Value::as_str)? {
+            "text" => BlockRef::Text(text("text")?),
+            "thinking" => BlockRef::Thinking(text("thinking")?),
+            "tool_use" => BlockRef::ToolUse {
+                id: string("id")?,
+                name: string("name")?,
+                input: any("input"),
+            },
+            "tool_result" => BlockRef::ToolResult {
+                tool_use_id: string("tool_use_id")?,
+                content: any("content"),
+                is_error: match b.get("is_error") {
+                    None | Some(Value::Null) => None,
+                    Some(e) => Some(e.as_bool()?),
+                },
+            },
+            _ => BlockRef::Other,
         })
+    }
+
+    /// For a tool result: its text, as [`Block::result_text`].
+    pub fn result_text(&self) -> Option<String> {
+        match self {
+            BlockRef::ToolResult { content, .. } => Some(tool_result_text(content)),
+            _ => None,
+        }
+    }
+}
+
+/// A [`UserContent`] read in place: a message's `content`, a string or blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ContentRef<'a> {
+    /// Plain text.
+    Text(&'a str),
+    /// Blocks, each read with [`BlockRef::of`].
+    Blocks(&'a [Value]),
+}
+
+impl<'a> ContentRef<'a> {
+    /// The content `v`: a string or an array (of anything: an element that is not a block
+    /// reads as [`BlockRef::Other`]).
+    pub fn of(v: &'a Value) -> Option<ContentRef<'a>> {
+        match v {
+            Value::String(s) => Some(ContentRef::Text(s)),
+            Value::Array(a) => Some(ContentRef::Blocks(a)),
+            _ => None,
+        }
+    }
+
+    /// Its blocks (none for text).
+    pub fn blocks(&self) -> impl Iterator<Item = BlockRef<'a>> + use<'a> {
+        let blocks: &'a [Value] = match self {
+            ContentRef::Text(_) => &[],
+            ContentRef::Blocks(b) => b,
+        };
+        blocks.iter().map(BlockRef::of)
     }
 }
 
@@ -557,6 +676,101 @@ mod tests {
             }
         }
         assert!(typed >= 60, "only {typed} frames were typed");
+    }
+
+    /// What [`Block`]'s derived deserializer reads of `v`, as a [`BlockRef`] (a block it
+    /// rejects as `Other`).
+    fn derived(v: &Value, keep: &mut Vec<Block>) -> usize {
+        keep.push(Block::deserialize(v).unwrap_or(Block::Other(Extra::new())));
+        keep.len() - 1
+    }
+
+    fn as_ref(b: &Block) -> BlockRef<'_> {
+        match b {
+            Block::Text { text, .. } => BlockRef::Text(text),
+            Block::Thinking { thinking, .. } => BlockRef::Thinking(thinking),
+            Block::ToolUse {
+                id, name, input, ..
+            } => BlockRef::ToolUse { id, name, input },
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+                ..
+            } => BlockRef::ToolResult {
+                tool_use_id,
+                content,
+                is_error: *is_error,
+            },
+            Block::Other(_) => BlockRef::Other,
+        }
+    }
+
+    #[test]
+    fn a_block_read_in_place_reads_what_the_derived_block_reads() {
+        let mut blocks: Vec<Value> = Vec::new();
+        for line in CAPTURED.lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            if let Some(Value::Array(c)) = v.pointer("/message/content") {
+                blocks.extend(c.iter().cloned());
+            }
+            if let Some(b) = v.pointer("/event/content_block") {
+                blocks.push(b.clone());
+            }
+        }
+        let captured = blocks.len();
+        assert!(captured >= 15, "only {captured} captured blocks");
+        let kinds: std::collections::BTreeSet<&str> = blocks
+            .iter()
+            .filter_map(|b| b.get("type").and_then(Value::as_str))
+            .collect();
+        for kind in ["text", "tool_use", "tool_result"] {
+            assert!(kinds.contains(kind), "no {kind} block among {kinds:?}");
+        }
+        // Absent fields, nulls, wrong types, unknown and missing tags, not objects.
+        for edge in [
+            r#"{"type":"text"}"#,
+            r#"{"type":"text","text":5}"#,
+            r#"{"type":"text","text":null}"#,
+            r#"{"type":"thinking","thinking":"hm","signature":"s"}"#,
+            r#"{"type":"thinking","signature":"s"}"#,
+            r#"{"type":"redacted_thinking","data":"x"}"#,
+            r#"{"type":"tool_use","id":"toolu_1","name":"Read"}"#,
+            r#"{"type":"tool_use","id":"toolu_1"}"#,
+            r#"{"type":"tool_use","id":7,"name":"Read","input":{}}"#,
+            r#"{"type":"tool_result","tool_use_id":"toolu_1"}"#,
+            r#"{"type":"tool_result","tool_use_id":"toolu_1","is_error":null,"content":[{"type":"text","text":"a"},{"type":"image"},{"type":"text","text":"b"}]}"#,
+            r#"{"type":"tool_result","tool_use_id":"toolu_1","is_error":"yes"}"#,
+            r#"{"type":"tool_result","tool_use_id":"toolu_1","is_error":true,"content":3}"#,
+            r#"{"type":"image","source":{"type":"base64","data":""}}"#,
+            r#"{"text":"no tag"}"#,
+            r#"{"type":7}"#,
+            r#""a string""#,
+            "[1]",
+        ] {
+            blocks.push(serde_json::from_str(edge).unwrap());
+        }
+        let mut keep = Vec::new();
+        for v in &blocks {
+            let at = derived(v, &mut keep);
+            let read = BlockRef::of(v);
+            assert_eq!(read, as_ref(&keep[at]), "{v}");
+            assert_eq!(read.result_text(), keep[at].result_text(), "{v}");
+        }
+        // The edge cases reach every arm: a tool result's text joins its text parts.
+        let joined = serde_json::from_str::<Value>(
+            r#"{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(BlockRef::of(&joined).result_text().as_deref(), Some("a\nb"));
+        let content = serde_json::json!(["x", {"type": "text", "text": "t"}]);
+        let read: Vec<BlockRef> = ContentRef::of(&content).unwrap().blocks().collect();
+        assert_eq!(read, [BlockRef::Other, BlockRef::Text("t")]);
+        assert_eq!(
+            ContentRef::of(&Value::from("hi")),
+            Some(ContentRef::Text("hi"))
+        );
+        assert_eq!(ContentRef::of(&Value::Null), None);
     }
 
     #[test]
