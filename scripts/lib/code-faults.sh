@@ -37,22 +37,19 @@ closed)
   ;;
 report)
   for data in "$dir"/*.data; do
-    # A fault in the binary's code: the faulting address is on the instruction's own page.
-    n=0
     echo "== serve $(basename "$data" .data)"
-    while read -r ip sym; do
-      echo "$ip $sym"
-      n=$((n + 1))
-    done < <(perf script -i "$data" -F ip,sym,addr,dso 2>/dev/null | awk '
+    # A fault in the binary's code: the faulting address is on the instruction's own page.
+    perf script -i "$data" -F ip,sym,addr,dso 2>/dev/null | awk '
       /\/claude-host\)/ {
         ip = $1
         line = $0; sub(/^ *[0-9a-f]+ /, "", line)
         sym = line; sub(/ \(\/.*$/, "", sym)
         addr = line; sub(/^.*claude-host\) +/, "", addr); split(addr, a, " ")
-        if (substr(ip, 1, length(ip) - 3) == substr(a[1], 1, length(a[1]) - 3))
-          print ip, substr(sym, 1, 140)
-      }')
-    echo "$n faults in the binary's code"
+        if (substr(ip, 1, length(ip) - 3) == substr(a[1], 1, length(a[1]) - 3)) {
+          print ip, substr(sym, 1, 140); n++
+        }
+      }
+      END { print n + 0, "faults in the binary'"'"'s code" }'
   done
   ;;
 *) ;; # restore-bench's other moments
