@@ -10,6 +10,7 @@
 
 mod config;
 mod prompt;
+mod questions;
 mod server;
 mod tools;
 mod updates;

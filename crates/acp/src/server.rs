@@ -26,19 +26,15 @@ use agent_client_protocol::v1::schema::{
     SessionDeleteCapabilities, SessionForkCapabilities, SessionInfo, SessionListCapabilities,
     SessionNotification, SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
     SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, StopReason,
-    ToolCallUpdate, ToolCallUpdateFields, ToolKind, UnstructuredCommandInput,
+    UnstructuredCommandInput,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Client, Error, JsonRpcResponse};
 use ahp_types::actions::{ActionOrigin, ChatTurnStartedAction, StateAction};
-use ahp_types::state::{
-    ChatInputAnswer, ChatInputAnswerValue, ChatInputAnswered, ChatInputQuestion, ChatInputRequest,
-    ChatInputResponseKind, ChatInputSelectedAnswerValue, Message, MessageOrigin,
-    SessionConfigState,
-};
+use ahp_types::state::{Message, MessageOrigin, SessionConfigState};
 use claude_host_agent::{
-    Agent, ChannelKind, ChatSessionError, Confirmation, InputReply, NewSession, SessionEvent,
-    SessionHandle, SessionSubscription, trace,
+    Agent, ChannelKind, ChatSessionError, Confirmation, NewSession, SessionEvent, SessionHandle,
+    SessionSubscription, trace,
 };
 use claude_host_protocol::log_safe::Safe;
 use serde_json::{Value, json};
@@ -455,7 +451,12 @@ impl Server {
             handle: handle.clone(),
             prompt: Mutex::new(None),
         });
-        let forwarder = tokio::spawn(forward(open.clone(), sub, mapper, cx.clone()));
+        // Questions go to the editor as one form where it can show forms.
+        let forms = lock(&self.client)
+            .elicitation
+            .as_ref()
+            .is_some_and(|e| e.form.is_some());
+        let forwarder = tokio::spawn(forward(open.clone(), sub, mapper, forms, cx.clone()));
         let previous = lock(&self.open).insert(id, (open, forwarder.abort_handle()));
         if let Some((_, f)) = previous {
             f.abort();
@@ -864,6 +865,7 @@ async fn forward(
     open: Arc<Open>,
     mut sub: SessionSubscription,
     mut mapper: UpdateMapper,
+    forms: bool,
     cx: ConnectionTo<Client>,
 ) {
     let id = open.handle.id().to_owned();
@@ -917,7 +919,7 @@ async fn forward(
                     notify(&cx, &id, u);
                 }
             }
-            ask_user(&open, &id, sub, action, &cx);
+            ask_user(&open, &id, sub, action, forms, &cx);
             continue;
         }
         if matches!(action, StateAction::ChatTurnStarted(_)) {
@@ -930,7 +932,7 @@ async fn forward(
                 trace::mark(trace::ACP_UPDATE, trace::key_of(&id));
             }
         }
-        ask_user(&open, &id, &mapper, action, &cx);
+        ask_user(&open, &id, &mapper, action, forms, &cx);
         match action {
             StateAction::ChatTurnComplete(t) => {
                 end_prompt(&open, &t.turn_id, Ok(StopReason::EndTurn));
@@ -960,6 +962,7 @@ fn ask_user(
     session_id: &str,
     mapper: &UpdateMapper,
     action: &StateAction,
+    forms: bool,
     cx: &ConnectionTo<Client>,
 ) {
     match action {
@@ -973,10 +976,11 @@ fn ask_user(
             ));
         }
         StateAction::ChatInputRequested(r) => {
-            tokio::spawn(ask_questions(
+            tokio::spawn(crate::questions::ask(
                 open.handle.clone(),
                 session_id.to_owned(),
                 r.request.clone(),
+                forms,
                 cx.clone(),
             ));
         }
@@ -1043,79 +1047,5 @@ async fn ask_permission(
     if let Err(e) = handle.confirm_tool(&tool_call_id, decision).await {
         // Settled otherwise meanwhile (the turn was cancelled).
         tracing::debug!(error = %e, "a permission answer came after the call was settled");
-    }
-}
-
-/// Asks the editor each choice question of an input request (AskUserQuestion) through
-/// `session/request_permission`, one question at a time, then answers the request.
-async fn ask_questions(
-    handle: SessionHandle,
-    session_id: String,
-    request: ChatInputRequest,
-    cx: ConnectionTo<Client>,
-) {
-    let mut answers = HashMap::new();
-    let mut response = ChatInputResponseKind::Accept;
-    for q in request.questions.iter().flatten() {
-        let (qid, title, options) = match q {
-            ChatInputQuestion::SingleSelect(s) => (&s.id, &s.message, &s.options),
-            ChatInputQuestion::MultiSelect(s) => (&s.id, &s.message, &s.options),
-            _ => continue,
-        };
-        let mut choices: Vec<PermissionOption> = options
-            .iter()
-            .map(|o| {
-                PermissionOption::new(
-                    o.id.clone(),
-                    o.label.clone(),
-                    PermissionOptionKind::AllowOnce,
-                )
-            })
-            .collect();
-        choices.push(PermissionOption::new(
-            REJECT,
-            "Skip",
-            PermissionOptionKind::RejectOnce,
-        ));
-        let call = ToolCallUpdate::new(
-            format!("{}#{qid}", request.id),
-            ToolCallUpdateFields::new()
-                .title(title.clone())
-                .kind(ToolKind::Other),
-        );
-        let ask = RequestPermissionRequest::new(session_id.clone(), call, choices);
-        match cx.send_request(ask).block_task().await {
-            Ok(r) => match r.outcome {
-                RequestPermissionOutcome::Selected(s) if &*s.option_id.0 != REJECT => {
-                    answers.insert(
-                        qid.clone(),
-                        ChatInputAnswer::Submitted(ChatInputAnswered {
-                            value: ChatInputAnswerValue::Selected(ChatInputSelectedAnswerValue {
-                                value: s.option_id.0.to_string(),
-                                freeform_values: None,
-                            }),
-                        }),
-                    );
-                }
-                RequestPermissionOutcome::Selected(_) => {}
-                _ => {
-                    response = ChatInputResponseKind::Cancel;
-                    break;
-                }
-            },
-            Err(_) => {
-                response = ChatInputResponseKind::Cancel;
-                break;
-            }
-        }
-    }
-    if response == ChatInputResponseKind::Accept && answers.is_empty() {
-        response = ChatInputResponseKind::Decline;
-    }
-    if let Err(e) = handle
-        .answer_input(&request.id, InputReply { response, answers })
-        .await
-    {
-        tracing::debug!(error = %e, "an answer came after the question was settled");
     }
 }

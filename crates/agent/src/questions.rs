@@ -100,6 +100,20 @@ pub fn answer_text(answer: &ChatInputAnswer) -> Option<String> {
         picked.extend(free.iter().flatten().filter(|f| !f.is_empty()).cloned());
         picked.join(", ")
     };
+    // The CLI splits a multi-select answer at ", ", reading a JSON-quoted item as one: an item
+    // that holds the separator or a quote is quoted so that it stays one.
+    let quoted = |items: Vec<String>| -> Vec<String> {
+        items
+            .into_iter()
+            .map(|i| {
+                if i.contains(", ") || i.contains('"') {
+                    Value::String(i).to_string()
+                } else {
+                    i
+                }
+            })
+            .collect()
+    };
     Some(match value {
         ChatInputAnswerValue::Text(t) => t.value.clone(),
         ChatInputAnswerValue::Number(n) => n.value.to_string(),
@@ -112,7 +126,10 @@ pub fn answer_text(answer: &ChatInputAnswer) -> Option<String> {
             };
             with_freeform(picked, &s.freeform_values)
         }
-        ChatInputAnswerValue::SelectedMany(s) => with_freeform(s.value.clone(), &s.freeform_values),
+        ChatInputAnswerValue::SelectedMany(s) => with_freeform(
+            quoted(s.value.clone()),
+            &s.freeform_values.clone().map(quoted),
+        ),
         ChatInputAnswerValue::Unknown(v) => v.to_string(),
     })
 }
@@ -157,7 +174,21 @@ mod tests {
                 }),
             }),
         )]);
-        let out = answered_input(input, &answers);
+        let out = answered_input(input.clone(), &answers);
         assert_eq!(out["answers"]["Which?"], "A, C");
+        let answers = HashMap::from([(
+            "0".to_owned(),
+            ChatInputAnswer::Submitted(ChatInputAnswered {
+                value: ChatInputAnswerValue::SelectedMany(ChatInputSelectedManyAnswerValue {
+                    value: vec!["A, or B".into(), "say \"B\"".into()],
+                    freeform_values: Some(vec!["C, D".into()]),
+                }),
+            }),
+        )]);
+        let out = answered_input(input, &answers);
+        assert_eq!(
+            out["answers"]["Which?"], r#""A, or B", "say \"B\"", "C, D""#,
+            "an item with the separator or a quote stays one item"
+        );
     }
 }

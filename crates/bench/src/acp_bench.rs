@@ -1,6 +1,9 @@
-//! `claude-host acp` against `@zed-industries/claude-agent-acp`, side by side in one run: the
-//! same ACP client (the official crate), the same pinned Claude Code CLI, the same fake
-//! upstream. Measures what an editor feels: spawn → `initialize` answered, RSS before the
+//! `claude-host acp` against claude-agent-acp (the package at `PEER_ENTRY`: the maintained
+//! `@agentclientprotocol/claude-agent-acp`, or the frozen `@zed-industries` one), side by side
+//! in one run: the same ACP client (the official crate), the same pinned Claude Code CLI, the
+//! same fake upstream. The client declares form and URL elicitation, as Zed and most current
+//! clients do (`BENCH_ACP_NO_FORMS=1`: none); with forms the maintained peer keeps Claude's
+//! `AskUserQuestion`, which it otherwise turns off, so both sides offer the same tools. Measures what an editor feels: spawn → `initialize` answered, RSS before the
 //! first session, a just-created session's first prompt → first `agent_message_chunk` (sent
 //! at once, as a script would; and 2 s later, as a person types), a later prompt's, and RSS
 //! per idle session (the agent and its CLIs).
@@ -13,7 +16,10 @@
 //! the first message of a conversation; the host can only add to it.
 //!
 //! Experiments: `BENCH_ACP_TYPED_FIRST=1` runs each agent's typed session before any other,
-//! `BENCH_ACP_TYPED_OWN_DIR=1` in a project directory of its own.
+//! `BENCH_ACP_TYPED_OWN_DIR=1` in a project directory of its own. `BENCH_ACP_DUMP=<dir>`
+//! writes each measured prompt's model request body there (`<side>-<round>-<prompt>.json`),
+//! and every model request of the round in the order the fake got them
+//! (`<side>-<round>-request-<k>.json`).
 //!
 //! The two targets are also printed paired by round (claude-host's typed first prompt less the
 //! floor's of the same round; the peer's later prompts over claude-host's), since a round's
@@ -22,7 +28,8 @@
 //! Each prompt's path is also printed step by step (p50/p99): claude-host's own latency
 //! marks (`claude_host_sdk::trace`, turned on in its environment), this client's instants
 //! and the fake's receipt of the model request; the peer's and the bare CLI's paths are split
-//! at the fake only.
+//! at their proxy process's marks (its receipt of the request, its first frame back) and at
+//! the fake.
 //!
 //! The peer and the bare CLI reach the fake through `claude-host proxy` in a process of its
 //! own (they cannot sign in to Copilot themselves), as a user of either would run it; so the
@@ -38,8 +45,9 @@ mod common;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, InitializeRequest, NewSessionRequest, PromptRequest, SessionNotification,
-    SessionUpdate, TextContent,
+    ClientCapabilities, ContentBlock, ElicitationCapabilities, ElicitationFormCapabilities,
+    ElicitationUrlCapabilities, InitializeRequest, NewSessionRequest, PromptRequest,
+    SessionNotification, SessionUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use anyhow::Context;
@@ -66,27 +74,56 @@ const LATER: usize = 8;
 /// The points of a prompt's path through claude-host, in order: the bench's own instants,
 /// the host's latency marks (`claude_host_sdk::trace`) and the fake's receipt of the model
 /// request.
-const OURS: [&str; 7] = [
+const OURS: [&str; 9] = [
     "editor wrote session/prompt",
     trace::ACP_PROMPT,
     trace::CLI_STDIN,
+    trace::PROXY_REQUEST,
     "fake got the model request",
+    trace::PROXY_FIRST,
     trace::CLI_DELTA,
     trace::ACP_UPDATE,
     "editor read the first chunk",
 ];
+/// Where `OURS` has the benchmark's own instants.
+const OURS_WRITTEN: usize = 0;
+const OURS_FAKE: usize = 4;
+const OURS_READ: usize = 8;
 
-/// The same path through the peer, which has no marks.
-const PEER: [&str; 3] = [
+/// `<name> <version>` of the npm package whose entry point is `entry` (`…/dist/index.js`).
+fn package_name(entry: &std::path::Path) -> String {
+    let manifest = entry
+        .parent()
+        .and_then(std::path::Path::parent)
+        .map(|d| d.join("package.json"));
+    let read = manifest
+        .and_then(|m| std::fs::read(m).ok())
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    match read {
+        Some(p) => format!(
+            "{} {}",
+            p["name"].as_str().unwrap_or("claude-agent-acp"),
+            p["version"].as_str().unwrap_or("?")
+        ),
+        None => "claude-agent-acp".to_owned(),
+    }
+}
+
+/// The same path through the peer, whose only marks are its proxy's (a process of its own).
+const PEER: [&str; 5] = [
     "editor wrote session/prompt",
+    trace::PROXY_REQUEST,
     "fake got the model request",
+    trace::PROXY_FIRST,
     "editor read the first chunk",
 ];
 
-/// The bare CLI's path.
-const BARE: [&str; 3] = [
+/// The bare CLI's path, through the same proxy process as the peer's.
+const BARE: [&str; 5] = [
     "stdin written",
+    trace::PROXY_REQUEST,
     "fake got the model request",
+    trace::PROXY_FIRST,
     "first delta read",
 ];
 
@@ -135,6 +172,39 @@ struct Env {
     clock: common::Clock,
     /// `BENCH_BARE_FRESH`: the bare CLI floor is a first and only CLI, not a second session.
     bare_fresh: bool,
+    /// The latency marks of the proxy process the peer and the bare CLI use (none when that
+    /// proxy runs inside the benchmark).
+    proxy_trace: Option<PathBuf>,
+    /// The peer's package name and version, from its `package.json`.
+    peer_name: String,
+    /// The client declares form (and URL) elicitation.
+    forms: bool,
+}
+
+impl Env {
+    /// A prompt's path through the proxy process: written at `at`, the proxy's receipt, the
+    /// fake's, the proxy's first frame back, read at `read` (`steps` names the five points).
+    fn proxy_chain(
+        &self,
+        steps: &[&str; 5],
+        at: u64,
+        fake_at: Option<u64>,
+        read: u64,
+    ) -> common::Chain {
+        let marks = self
+            .proxy_trace
+            .as_deref()
+            .map(common::Marks::read)
+            .unwrap_or_default();
+        // The proxy's token is `<nonce>.<session>`; its marks are keyed by the session.
+        let key = self.proxy_token.split_once('.').map_or("", |(_, s)| s);
+        common::chain(
+            &marks,
+            key,
+            steps,
+            &[(0, Some(at)), (2, fake_at), (4, Some(read))],
+        )
+    }
 }
 
 fn tree_rss(pid: u32) -> u64 {
@@ -257,11 +327,18 @@ fn tool_names(r: &CapturedRequest) -> Vec<String> {
 }
 
 /// When the fake received the model request that carries `text`, sent after `after`.
+/// Whether `r` is the model call of the turn prompted with `text`: it offers tools. The
+/// maintained peer also asks the model for a session title on each prompt (a request with the
+/// prompt's text and no tools), which is not the turn's.
+fn is_turn_request(r: &CapturedRequest, text: &str) -> bool {
+    r.last_user_text().contains(text) && r.json()["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
 fn request_at(env: &Env, requests: &[CapturedRequest], text: &str, after: u64) -> Option<u64> {
     requests
         .iter()
         .map(|r| (env.clock.ns(r.received_at), r))
-        .filter(|(at, r)| *at >= after && r.last_user_text().contains(text))
+        .filter(|(at, r)| *at >= after && is_turn_request(r, text))
         .map(|(at, _)| at)
         .min()
 }
@@ -293,9 +370,19 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                 let mut f = Figures::default();
                 let clock = env.clock;
                 let mut sent: Vec<Sent> = Vec::new();
-                cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-                    .block_task()
-                    .await?;
+                let mut caps = ClientCapabilities::new();
+                if env.forms {
+                    caps = caps.elicitation(
+                        ElicitationCapabilities::new()
+                            .form(ElicitationFormCapabilities::new())
+                            .url(ElicitationUrlCapabilities::new()),
+                    );
+                }
+                cx.send_request(
+                    InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps),
+                )
+                .block_task()
+                .await?;
                 f.initialize_ms = started.elapsed().as_secs_f64() * 1e3;
                 f.rss_idle_kib = common::rss_kib(pid);
                 let idle_tree = tree_rss(pid);
@@ -363,23 +450,38 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
             .with_extension("trace"),
     );
     let requests = fake.model_requests();
+    if let Some(dir) = std::env::var_os("BENCH_ACP_DUMP") {
+        for (k, r) in requests.iter().enumerate() {
+            let file = std::path::Path::new(&dir).join(format!("{side:?}-{n}-request-{k}.json"));
+            std::fs::write(&file, &r.body)
+                .with_context(|| format!("writing {}", file.display()))?;
+        }
+    }
     for (i, s) in sent.iter().enumerate() {
         let key = trace::key_of(&s.session);
         let fake_at = request_at(env, &requests, &s.text, s.at);
+        if let Some(dir) = std::env::var_os("BENCH_ACP_DUMP")
+            && let Some(r) = requests.iter().find(|r| is_turn_request(r, &s.text))
+        {
+            let file = std::path::Path::new(&dir).join(format!("{side:?}-{n}-{i}.json"));
+            std::fs::write(&file, &r.body)
+                .with_context(|| format!("writing {}", file.display()))?;
+        }
         let path = match side {
             Side::Ours => common::chain(
                 &marks,
                 key,
                 &OURS,
-                &[(0, Some(s.at)), (3, fake_at), (6, Some(s.first_chunk))],
+                &[
+                    (OURS_WRITTEN, Some(s.at)),
+                    (OURS_FAKE, fake_at),
+                    (OURS_READ, Some(s.first_chunk)),
+                ],
             ),
-            Side::Peer => vec![Some(s.at), fake_at, Some(s.first_chunk)],
+            Side::Peer => env.proxy_chain(&PEER, s.at, fake_at, s.first_chunk),
         };
         if i == 0 {
-            if let Some(r) = requests
-                .iter()
-                .find(|r| r.last_user_text().contains(&s.text))
-            {
+            if let Some(r) = requests.iter().find(|r| is_turn_request(r, &s.text)) {
                 figures.request_bytes = r.body.len();
                 figures.request_tools = tool_names(r);
             }
@@ -467,16 +569,19 @@ async fn main() -> anyhow::Result<()> {
         .context("build claude-host next to acp-bench (scripts/bench-acp.sh does)")?;
     let fake = common::fake_answering(Reply::text("pong pong pong")).await?;
     // Either handle keeps its proxy alive until the end of the run.
-    let (proxy_url, proxy_token, _in_process, _process) =
-        if std::env::var("BENCH_ACP_PROXY").as_deref() == Ok("in-process") {
-            let proxy = common::proxy_for(&fake).await?;
-            let (url, token) = (proxy.base_url(), proxy.auth_token("acp-peer"));
-            (url, token, Some(proxy), None)
-        } else {
-            let proxy = common::spawn_proxy(&ours, &fake.url())?;
-            let (url, token) = (proxy.base_url.clone(), proxy.auth_token.clone());
-            (url, token, None, Some(proxy))
-        };
+    let dir = std::env::temp_dir().join(format!("claude-host-acp-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let proxy_trace = dir.join("proxy.trace");
+    let in_process = std::env::var("BENCH_ACP_PROXY").as_deref() == Ok("in-process");
+    let (proxy_url, proxy_token, _in_process, _process) = if in_process {
+        let proxy = common::proxy_for(&fake).await?;
+        let (url, token) = (proxy.base_url(), proxy.auth_token("acp-peer"));
+        (url, token, Some(proxy), None)
+    } else {
+        let proxy = common::spawn_traced_proxy(&ours, &fake.url(), Some(&proxy_trace))?;
+        let (url, token) = (proxy.base_url.clone(), proxy.auth_token.clone());
+        (url, token, None, Some(proxy))
+    };
     // The fake's first answer loads its tokenizer (a few hundred ms): paid here, not by
     // whichever agent happens to go first. Through the proxy, so its token and catalog are
     // fetched too.
@@ -496,7 +601,7 @@ async fn main() -> anyhow::Result<()> {
         warmup.status()
     );
     let _ = warmup.bytes().await?;
-    let dir = std::env::temp_dir().join(format!("claude-host-acp-bench-{}", std::process::id()));
+    let peer_name = package_name(&peer);
     let env = Env {
         dir: dir.clone(),
         fake_url: fake.url(),
@@ -507,6 +612,10 @@ async fn main() -> anyhow::Result<()> {
         peer,
         clock,
         bare_fresh: std::env::var_os("BENCH_BARE_FRESH").is_some(),
+        proxy_trace: (!in_process).then_some(proxy_trace),
+        peer_name,
+
+        forms: std::env::var_os("BENCH_ACP_NO_FORMS").is_none(),
     };
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
@@ -522,24 +631,28 @@ async fn main() -> anyhow::Result<()> {
     } else {
         eprintln!("logs in {}", dir.display());
     }
-    report(&ours, &theirs, rounds);
+    report(&env, &ours, &theirs, rounds);
     let floor_ms: Vec<f64> = floor.iter().map(|(ms, _, _)| *ms).collect();
     report_floor(&env, &floor_ms, &ours, &theirs);
     report_paired(&floor_ms, &ours, &theirs);
-    report_steps(&ours, &theirs, &floor);
+    report_steps(&env, &ours, &theirs, &floor);
     report_requests(&ours, &theirs, &floor);
     Ok(())
 }
 
-fn report(ours: &[Figures], theirs: &[Figures], rounds: usize) {
+fn report(env: &Env, ours: &[Figures], theirs: &[Figures], rounds: usize) {
     let m = |v: &[Figures], f: fn(&Figures) -> f64| median(v.iter().map(f).collect());
     println!(
-        "claude-host acp vs claude-agent-acp 0.23.1, same CLI and fake upstream, {rounds} rounds alternating, medians"
+        "claude-host acp vs {}, same CLI and fake upstream, {rounds} rounds alternating, medians; the client {} forms",
+        env.peer_name,
+        if env.forms {
+            "declares"
+        } else {
+            "does not declare"
+        }
     );
     // Lower is better for every row; the ratio is theirs ÷ ours (above 1: claude-host ahead).
-    println!(
-        "| measurement | claude-host (min..max) | claude-agent-acp (min..max) | theirs ÷ ours |"
-    );
+    println!("| measurement | claude-host (min..max) | the peer (min..max) | theirs ÷ ours |");
     println!("|---|---|---|---|");
     type Row = (&'static str, fn(&Figures) -> f64);
     let rows: [Row; 7] = [
@@ -683,14 +796,15 @@ async fn bare_cli_first_prompt(
     let requests = fake.model_requests();
     let bytes = requests
         .iter()
-        .find(|r| r.last_user_text().contains(&text))
+        .find(|r| is_turn_request(r, &text))
         .map_or(0, |r| r.body.len());
     let at = env.clock.ns(written);
-    let path = vec![
-        Some(at),
+    let path = env.proxy_chain(
+        &BARE,
+        at,
         request_at(env, &requests, &text, at),
-        Some(env.clock.ns(first)),
-    ];
+        env.clock.ns(first),
+    );
     Ok((first.duration_since(t).as_secs_f64() * 1e3, path, bytes))
 }
 
@@ -773,17 +887,22 @@ fn report_requests(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::
     };
     println!();
     println!(
-        "model request of the typed first prompt, body bytes (median): claude-host {:.0}, claude-agent-acp {:.0}, the bare CLI {:.0}",
+        "model request of the typed first prompt, body bytes (median): claude-host {:.0}, the peer {:.0}, the bare CLI {:.0}",
         bytes(ours),
         bytes(theirs),
         median(floor.iter().map(|(_, _, b)| *b as f64).collect()),
     );
     println!("tools offered: claude-host [{}]", tools(ours));
-    println!("tools offered: claude-agent-acp [{}]", tools(theirs));
+    println!("tools offered: the peer [{}]", tools(theirs));
 }
 
 /// Where each prompt's time goes, step by step, on both sides and on the bare CLI.
-fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Chain, usize)]) {
+fn report_steps(
+    env: &Env,
+    ours: &[Figures],
+    theirs: &[Figures],
+    floor: &[(f64, common::Chain, usize)],
+) {
     let all = |v: &[Figures], f: fn(&Figures) -> &Vec<common::Chain>| -> Vec<common::Chain> {
         v.iter().flat_map(|x| f(x).iter().cloned()).collect()
     };
@@ -798,12 +917,12 @@ fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Cha
         &all(ours, |f| &f.later_paths),
     );
     common::print_steps(
-        "claude-agent-acp, first prompt 2 s after session/new",
+        &format!("{}, first prompt 2 s after session/new", env.peer_name),
         &PEER,
         &all(theirs, |f| &f.first_path),
     );
     common::print_steps(
-        "claude-agent-acp, later prompts",
+        &format!("{}, later prompts", env.peer_name),
         &PEER,
         &all(theirs, |f| &f.later_paths),
     );
@@ -817,7 +936,9 @@ fn report_steps(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Cha
     let own = |paths: &[common::Chain]| -> Vec<f64> {
         paths
             .iter()
-            .filter_map(|c| Some(common::span_ms(c, 0, 2)? + common::span_ms(c, 4, 6)?))
+            .filter_map(|c| {
+                Some(common::span_ms(c, OURS_WRITTEN, 2)? + common::span_ms(c, 6, OURS_READ)?)
+            })
             .collect()
     };
     let first = own(&all(ours, |f| &f.first_path));

@@ -407,10 +407,24 @@ impl Drop for Owned {
 /// Starts `bin proxy --json` signed in to the fake at `fake_url` with the fake's GitHub token.
 #[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
 pub fn spawn_proxy(bin: &std::path::Path, fake_url: &str) -> anyhow::Result<ProxyProcess> {
+    spawn_traced_proxy(bin, fake_url, None)
+}
+
+/// [`spawn_proxy`], writing its latency marks (`claude_host_sdk::trace`) to `trace` if given.
+#[allow(dead_code)] // Not every benchmark binary that includes this module uses it.
+pub fn spawn_traced_proxy(
+    bin: &std::path::Path,
+    fake_url: &str,
+    trace: Option<&std::path::Path>,
+) -> anyhow::Result<ProxyProcess> {
     let home = std::env::temp_dir().join(format!("claude-host-bench-{}", std::process::id()));
-    let mut child = Command::new(bin)
+    let mut command = Command::new(bin);
+    command.env_clear();
+    if let Some(trace) = trace {
+        command.env(claude_host_sdk::trace::TRACE_ENV, trace);
+    }
+    let mut child = command
         .args(["proxy", "--json"])
-        .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", &home)
         .env("CLAUDE_HOST_HOME", &home)

@@ -300,6 +300,7 @@ impl Relay {
                     }
                     if !self.out.is_empty() || self.finished {
                         self.log.mark_first_byte();
+                        claude_host_trace::mark(claude_host_trace::PROXY_FIRST, &self.log.session);
                         let now = tokio::time::Instant::now();
                         self.last_data = now;
                         self.sleep.as_mut().reset(now + self.ping_interval);

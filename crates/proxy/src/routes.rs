@@ -186,6 +186,7 @@ async fn messages<B: RequestBody>(
         Ok(b) => b,
         Err(resp) => return resp,
     };
+    claude_host_trace::mark(claude_host_trace::PROXY_REQUEST, &session);
     let parsed = match MessagesRequest::parse(&body) {
         Ok(p) => p,
         Err(e) => {

@@ -11,7 +11,8 @@ pub mod mcp;
 mod options;
 mod process;
 mod session;
-pub mod trace;
+/// Latency marks for the benchmarks (a crate of its own so that the proxy marks too).
+pub use claude_host_trace as trace;
 pub mod transcripts;
 mod warm_up;
 

@@ -7,7 +7,8 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, CloseSessionRequest, ContentBlock,
     CreateElicitationRequest, CreateElicitationResponse, ElicitationAcceptAction,
-    ElicitationAction, ElicitationCapabilities, ElicitationUrlCapabilities, InitializeRequest,
+    ElicitationAction, ElicitationCapabilities, ElicitationContentValue,
+    ElicitationFormCapabilities, ElicitationUrlCapabilities, InitializeRequest,
     ListSessionsRequest, LoadSessionRequest, NewSessionRequest, PermissionOptionKind,
     PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
     SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason, TextContent,
@@ -131,9 +132,10 @@ async fn as_client<T: Send + 'static>(
             async move |r: CreateElicitationRequest,
                         responder: Responder<CreateElicitationResponse>,
                         _cx: ConnectionTo<Agent>| {
+                let content = form_answers(&r);
                 s3.elicitations.lock().unwrap().push(r);
                 responder.respond(CreateElicitationResponse::new(ElicitationAction::Accept(
-                    ElicitationAcceptAction::new(),
+                    ElicitationAcceptAction::new().content(content),
                 )))
             },
             agent_client_protocol::on_receive_request!(),
@@ -143,6 +145,43 @@ async fn as_client<T: Send + 'static>(
         })
         .await
         .unwrap()
+}
+
+/// What this client fills into a form: the last choice of a one-pick field, every choice of a
+/// many-pick field, nothing in a free-text field (none for a URL elicitation).
+fn form_answers(
+    r: &CreateElicitationRequest,
+) -> Option<std::collections::BTreeMap<String, ElicitationContentValue>> {
+    let r = serde_json::to_value(r).unwrap();
+    let props = r["requestedSchema"]["properties"].as_object()?;
+    let consts = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|o| o["const"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut content = std::collections::BTreeMap::new();
+    for (key, field) in props {
+        if let Some(last) = consts(&field["oneOf"]).pop() {
+            content.insert(key.clone(), ElicitationContentValue::String(last));
+        } else if field["type"] == "array" {
+            let all = consts(&field["items"]["anyOf"]);
+            content.insert(key.clone(), ElicitationContentValue::StringArray(all));
+        }
+    }
+    Some(content)
+}
+
+/// The last message of the newest model request, as JSON text.
+fn last_message_sent(fake: &claude_host_testkit::fake::FakeUpstream) -> String {
+    let sent = fake.message_requests().last().unwrap().json();
+    sent["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string()
 }
 
 fn text(s: &str) -> Vec<ContentBlock> {
@@ -956,8 +995,7 @@ async fn modes_options_plans_questions_fork_and_delete() {
         let names: Vec<&str> = asked[0].options.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names, ["Apple", "Banana", "Skip"]);
         // The last message the model got is the tool's result, with the chosen answer.
-        let sent = fake.message_requests().last().unwrap().json();
-        let result = sent["messages"].as_array().unwrap().last().unwrap().to_string();
+        let result = last_message_sent(fake);
         assert!(
             result.contains("tool_result") && result.contains("Apple") && !result.contains("Banana"),
             "the answer did not reach the model: {result}"
@@ -1001,6 +1039,73 @@ async fn modes_options_plans_questions_fork_and_delete() {
             .block_task()
             .await;
         assert!(again.is_err(), "deleting it twice is an error");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_go_to_an_editor_that_shows_forms_as_one_form() {
+    let h = Host::new().await;
+    h.fake.push(rule(
+        Match::LastUserContains("ask me twice".into()),
+        Reply::tool_use(
+            "AskUserQuestion",
+            json!({"questions": [
+                {"question": "Which fruit?", "header": "Fruit", "multiSelect": false,
+                 "options": [{"label": "Apple", "description": "red"},
+                             {"label": "Banana", "description": "yellow"}]},
+                {"question": "Which toppings?", "header": "Toppings", "multiSelect": true,
+                 "options": [{"label": "Cream", "description": "whipped"},
+                             {"label": "Nuts", "description": "chopped"}]}]}),
+        ),
+    ));
+    h.fake
+        .push(rule(Match::HasToolResult, Reply::text("Noted.")));
+    let mut child = spawn_acp(h.cmd());
+    let seen = Seen::default();
+    let s = seen.clone();
+    let cwd = h.cwd();
+    let fake = &h.fake;
+    as_client(&mut child, seen, "allow", async move |cx| {
+        let caps = ClientCapabilities::new().elicitation(
+            ElicitationCapabilities::new()
+                .form(ElicitationFormCapabilities::new())
+                .url(ElicitationUrlCapabilities::new()),
+        );
+        timed(
+            "initialize",
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
+                .block_task(),
+        )
+        .await
+        .unwrap();
+        let id = new_session(&cx, &cwd).await;
+        let r = ask(&cx, &id, "ask me twice").await;
+        assert_eq!(r.stop_reason, StopReason::EndTurn);
+        assert!(
+            s.permissions.lock().unwrap().is_empty(),
+            "no question went through a permission request"
+        );
+        let forms = s.elicitations.lock().unwrap().clone();
+        assert_eq!(forms.len(), 1, "both questions in one form: {forms:#?}");
+        let form = serde_json::to_value(&forms[0]).unwrap();
+        assert_eq!(form["mode"], "form", "{form}");
+        assert_eq!(form["sessionId"], json!(id.0), "{form}");
+        let fields: Vec<&String> = form["requestedSchema"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(fields, ["0", "0_other", "1", "1_other"], "{form}");
+        // The model got the answers of the form: the last fruit, every topping.
+        let result = last_message_sent(fake);
+        assert!(
+            result.contains("tool_result")
+                && result.contains("Banana")
+                && !result.contains("Apple")
+                && result.contains("Cream, Nuts"),
+            "the answers did not reach the model: {result}"
+        );
     })
     .await;
 }

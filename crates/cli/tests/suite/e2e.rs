@@ -222,6 +222,61 @@ async fn the_bare_proxy_serves_the_users_own_claude() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bare_proxy_marks_its_requests_for_the_benchmarks_when_asked() {
+    let h = Host::new().await;
+    h.fake
+        .push(rule(Match::Always, Reply::text("marked answer")));
+    let trace = h.dir.path().join("latency.trace");
+    let mut c = h.cmd();
+    c.env("CLAUDE_HOST_LATENCY_TRACE", &trace)
+        .stderr(Stdio::inherit());
+    let (proxy, info) = spawn_proxy(c);
+    let token = info["auth_token"].as_str().unwrap().to_owned();
+    let session = token.split_once('.').unwrap().1.to_owned();
+    let resp = claude_host_testkit::http_client()
+        .post(format!(
+            "{}/v1/messages",
+            info["base_url"].as_str().unwrap()
+        ))
+        .bearer_auth(&token)
+        .header("anthropic-version", "2023-06-01")
+        .json(
+            &json!({"model": "claude-sonnet-4-5", "max_tokens": 16, "stream": true,
+                      "messages": [{"role": "user", "content": "mark this"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let body = resp.bytes().await;
+    assert!(blocking(move || terminate(proxy)).await.success());
+    assert_eq!(status, 200);
+    let body = String::from_utf8_lossy(&body.unwrap()).into_owned();
+    assert!(body.contains("message_stop"), "a whole answer: {body}");
+    let marks: Vec<(String, String, u64)> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].to_owned(), f[1].to_owned(), f[2].parse().unwrap())
+        })
+        .collect();
+    let steps: Vec<(&str, &str)> = marks
+        .iter()
+        .map(|(s, k, _)| (s.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("proxy.request", session.as_str()),
+            ("proxy.first", session.as_str())
+        ],
+        "one request, marked where it came in and where its answer began"
+    );
+    assert!(marks[0].2 <= marks[1].2, "{marks:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_cli_mid_stream_cancels_the_upstream_request() {
     let h = Host::new().await;
     let (reply, _gate) = Reply::gated("this answer never ends", 3);

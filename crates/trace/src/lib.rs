@@ -7,11 +7,14 @@
 //! a flag that is never set: production pays nothing else.
 //!
 //! The steps are few and fixed: a front end's receipt of a prompt (`acp.prompt`,
-//! `ahp.dispatch`), the CLI's stdin line written (`cli.stdin`), the first content block and
-//! the first stream delta read back after it (`cli.part`, `cli.delta`), and the front end's
-//! first text of that turn handed to its connection (`acp.update`: the first
-//! `agent_message_chunk`; `ahp.part`: the first `chat/responsePart`). `acp-bench` and `ahp-bench` read them
-//! (docs/BENCHMARKS.md).
+//! `ahp.dispatch`), the CLI's stdin line written (`cli.stdin`), the proxy's receipt of the
+//! CLI's model request and its first frame of the upstream's answer ready for the CLI
+//! (`proxy.request`, `proxy.first`, keyed by the session its token names), the first content
+//! block and the first stream delta read back from the CLI (`cli.part`, `cli.delta`), and the
+//! front end's first text of that turn handed to its connection (`acp.update`: the first
+//! `agent_message_chunk`; `ahp.part`: the first `chat/responsePart`). `acp-bench` and
+//! `ahp-bench` read them (docs/BENCHMARKS.md). The proxy marks in whichever process runs it,
+//! so a benchmark splits a peer's path at its proxy the same way.
 
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
@@ -29,6 +32,10 @@ pub const AHP_DISPATCH: &str = "ahp.dispatch";
 pub const AHP_PART: &str = "ahp.part";
 /// A user message was written (and flushed) to the CLI's stdin.
 pub const CLI_STDIN: &str = "cli.stdin";
+/// The proxy has read a model request's whole body (before it parses it).
+pub const PROXY_REQUEST: &str = "proxy.request";
+/// The proxy has the first frame of the upstream's answer to a model request ready to send.
+pub const PROXY_FIRST: &str = "proxy.first";
 /// The first `content_block_start` (a response part begins) after a user message was read
 /// from the CLI's stdout.
 pub const CLI_PART: &str = "cli.part";
