@@ -16,7 +16,7 @@
 # claude-host adds to its CLIs), BENCH_BARE_FRESH=1 (the bare CLI with no session before it),
 # BENCH_ACP_TYPED_FIRST=1 (each agent's typed session before its others),
 # BENCH_ACP_TYPED_OWN_DIR=1 (in a project of its own), BENCH_AGENT_LOG=<filter> (each agent's
-# log kept), BENCH_ACP_DUMP=<dir> (each measured prompt's model request written there).
+# log kept), BENCH_ACP_DUMP=<dir> (every model request of a round written there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${BENCH_ACP_PEER:-current}" in

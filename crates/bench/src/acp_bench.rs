@@ -3,10 +3,12 @@
 //! in one run: the same ACP client (the official crate), the same pinned Claude Code CLI, the
 //! same fake upstream. The client declares form and URL elicitation, as Zed and most current
 //! clients do (`BENCH_ACP_NO_FORMS=1`: none); with forms the maintained peer keeps Claude's
-//! `AskUserQuestion`, which it otherwise turns off, so both sides offer the same tools. Measures what an editor feels: spawn → `initialize` answered, RSS before the
-//! first session, a just-created session's first prompt → first `agent_message_chunk` (sent
-//! at once, as a script would; and 2 s later, as a person types), a later prompt's, and RSS
-//! per idle session (the agent and its CLIs).
+//! `AskUserQuestion`, which it otherwise turns off, so both sides offer the same tools.
+//!
+//! Measures what an editor feels: spawn → `initialize` answered, RSS before the first
+//! session, a just-created session's first prompt → first `agent_message_chunk` (sent at
+//! once, as a script would; and 2 s later, as a person types), a later prompt's, and RSS per
+//! idle session (the agent and its CLIs).
 //!
 //! A third line, in the same run, gives the floor under the typed first prompt: the same CLI
 //! driven directly over stream-json (no ACP agent, no host), warmed up and cut as claude-host
@@ -17,8 +19,7 @@
 //!
 //! Experiments: `BENCH_ACP_TYPED_FIRST=1` runs each agent's typed session before any other,
 //! `BENCH_ACP_TYPED_OWN_DIR=1` in a project directory of its own. `BENCH_ACP_DUMP=<dir>`
-//! writes each measured prompt's model request body there (`<side>-<round>-<prompt>.json`),
-//! and every model request of the round in the order the fake got them
+//! writes the body of every model request of a round there, in the order the fake got them
 //! (`<side>-<round>-request-<k>.json`).
 //!
 //! The two targets are also printed paired by round (claude-host's typed first prompt less the
@@ -85,10 +86,31 @@ const OURS: [&str; 9] = [
     trace::ACP_UPDATE,
     "editor read the first chunk",
 ];
-/// Where `OURS` has the benchmark's own instants.
+/// Where `OURS` has the benchmark's own instants (written, fake, read) and the ends of
+/// claude-host's own steps (its CLI's stdin, its CLI's first delta).
 const OURS_WRITTEN: usize = 0;
+const OURS_STDIN: usize = 2;
 const OURS_FAKE: usize = 4;
+const OURS_DELTA: usize = 6;
 const OURS_READ: usize = 8;
+
+/// The same path through the peer, whose only marks are its proxy's (a process of its own).
+const PEER: [&str; 5] = [
+    "editor wrote session/prompt",
+    trace::PROXY_REQUEST,
+    "fake got the model request",
+    trace::PROXY_FIRST,
+    "editor read the first chunk",
+];
+
+/// The bare CLI's path, through the same proxy process as the peer's.
+const BARE: [&str; 5] = [
+    "stdin written",
+    trace::PROXY_REQUEST,
+    "fake got the model request",
+    trace::PROXY_FIRST,
+    "first delta read",
+];
 
 /// `<name> <version>` of the npm package whose entry point is `entry` (`…/dist/index.js`).
 fn package_name(entry: &std::path::Path) -> String {
@@ -108,24 +130,6 @@ fn package_name(entry: &std::path::Path) -> String {
         None => "claude-agent-acp".to_owned(),
     }
 }
-
-/// The same path through the peer, whose only marks are its proxy's (a process of its own).
-const PEER: [&str; 5] = [
-    "editor wrote session/prompt",
-    trace::PROXY_REQUEST,
-    "fake got the model request",
-    trace::PROXY_FIRST,
-    "editor read the first chunk",
-];
-
-/// The bare CLI's path, through the same proxy process as the peer's.
-const BARE: [&str; 5] = [
-    "stdin written",
-    trace::PROXY_REQUEST,
-    "fake got the model request",
-    trace::PROXY_FIRST,
-    "first delta read",
-];
 
 /// A prompt the editor sent: which session, its text, when it was written and when its first
 /// chunk was read (monotonic ns).
@@ -182,24 +186,29 @@ struct Env {
 }
 
 impl Env {
+    /// The marks the proxy process has written so far (none when the proxy runs inside the
+    /// benchmark).
+    fn proxy_marks(&self) -> common::Marks {
+        self.proxy_trace
+            .as_deref()
+            .map(common::Marks::read)
+            .unwrap_or_default()
+    }
+
     /// A prompt's path through the proxy process: written at `at`, the proxy's receipt, the
     /// fake's, the proxy's first frame back, read at `read` (`steps` names the five points).
     fn proxy_chain(
         &self,
+        marks: &common::Marks,
         steps: &[&str; 5],
         at: u64,
         fake_at: Option<u64>,
         read: u64,
     ) -> common::Chain {
-        let marks = self
-            .proxy_trace
-            .as_deref()
-            .map(common::Marks::read)
-            .unwrap_or_default();
         // The proxy's token is `<nonce>.<session>`; its marks are keyed by the session.
         let key = self.proxy_token.split_once('.').map_or("", |(_, s)| s);
         common::chain(
-            &marks,
+            marks,
             key,
             steps,
             &[(0, Some(at)), (2, fake_at), (4, Some(read))],
@@ -326,21 +335,50 @@ fn tool_names(r: &CapturedRequest) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// When the fake received the model request that carries `text`, sent after `after`.
-/// Whether `r` is the model call of the turn prompted with `text`: it offers tools. The
-/// maintained peer also asks the model for a session title on each prompt (a request with the
-/// prompt's text and no tools), which is not the turn's.
-fn is_turn_request(r: &CapturedRequest, text: &str) -> bool {
-    r.last_user_text().contains(text) && r.json()["tools"].as_array().is_some_and(|t| !t.is_empty())
+/// A model request that is a turn's: it offers tools. (The maintained peer also asks the
+/// model for a session title on each prompt, a request with the prompt's text and no tools.)
+struct TurnRequest<'a> {
+    /// When the fake received it (monotonic ns).
+    at: u64,
+    last_user_text: String,
+    request: &'a CapturedRequest,
 }
 
-fn request_at(env: &Env, requests: &[CapturedRequest], text: &str, after: u64) -> Option<u64> {
+/// The turns' requests among `requests`, each read once.
+fn turn_requests<'a>(env: &Env, requests: &'a [CapturedRequest]) -> Vec<TurnRequest<'a>> {
     requests
         .iter()
-        .map(|r| (env.clock.ns(r.received_at), r))
-        .filter(|(at, r)| *at >= after && is_turn_request(r, text))
-        .map(|(at, _)| at)
-        .min()
+        .filter(|r| r.json()["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .map(|r| TurnRequest {
+            at: env.clock.ns(r.received_at),
+            last_user_text: r.last_user_text(),
+            request: r,
+        })
+        .collect()
+}
+
+/// The first turn's request that carries `text`, received at or after `after`.
+fn turn_request<'a, 'r>(
+    turns: &'a [TurnRequest<'r>],
+    text: &str,
+    after: u64,
+) -> Option<&'a TurnRequest<'r>> {
+    turns
+        .iter()
+        .filter(|t| t.at >= after && t.last_user_text.contains(text))
+        .min_by_key(|t| t.at)
+}
+
+/// Writes every model request of a round to `BENCH_ACP_DUMP`, if set.
+fn dump_requests(requests: &[CapturedRequest], name: &str) -> anyhow::Result<()> {
+    let Some(dir) = std::env::var_os("BENCH_ACP_DUMP") else {
+        return Ok(());
+    };
+    for (k, r) in requests.iter().enumerate() {
+        let file = std::path::Path::new(&dir).join(format!("{name}-request-{k}.json"));
+        std::fs::write(&file, &r.body).with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(())
 }
 
 async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::Result<Figures> {
@@ -450,23 +488,13 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
             .with_extension("trace"),
     );
     let requests = fake.model_requests();
-    if let Some(dir) = std::env::var_os("BENCH_ACP_DUMP") {
-        for (k, r) in requests.iter().enumerate() {
-            let file = std::path::Path::new(&dir).join(format!("{side:?}-{n}-request-{k}.json"));
-            std::fs::write(&file, &r.body)
-                .with_context(|| format!("writing {}", file.display()))?;
-        }
-    }
+    dump_requests(&requests, &format!("{side:?}-{n}"))?;
+    let turns = turn_requests(env, &requests);
+    let proxy_marks = env.proxy_marks();
     for (i, s) in sent.iter().enumerate() {
         let key = trace::key_of(&s.session);
-        let fake_at = request_at(env, &requests, &s.text, s.at);
-        if let Some(dir) = std::env::var_os("BENCH_ACP_DUMP")
-            && let Some(r) = requests.iter().find(|r| is_turn_request(r, &s.text))
-        {
-            let file = std::path::Path::new(&dir).join(format!("{side:?}-{n}-{i}.json"));
-            std::fs::write(&file, &r.body)
-                .with_context(|| format!("writing {}", file.display()))?;
-        }
+        let turn = turn_request(&turns, &s.text, s.at);
+        let fake_at = turn.map(|t| t.at);
         let path = match side {
             Side::Ours => common::chain(
                 &marks,
@@ -478,12 +506,12 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                     (OURS_READ, Some(s.first_chunk)),
                 ],
             ),
-            Side::Peer => env.proxy_chain(&PEER, s.at, fake_at, s.first_chunk),
+            Side::Peer => env.proxy_chain(&proxy_marks, &PEER, s.at, fake_at, s.first_chunk),
         };
         if i == 0 {
-            if let Some(r) = requests.iter().find(|r| is_turn_request(r, &s.text)) {
-                figures.request_bytes = r.body.len();
-                figures.request_tools = tool_names(r);
+            if let Some(t) = turn {
+                figures.request_bytes = t.request.body.len();
+                figures.request_tools = tool_names(t.request);
             }
             figures.first_path.push(path);
         } else {
@@ -614,7 +642,6 @@ async fn main() -> anyhow::Result<()> {
         bare_fresh: std::env::var_os("BENCH_BARE_FRESH").is_some(),
         proxy_trace: (!in_process).then_some(proxy_trace),
         peer_name,
-
         forms: std::env::var_os("BENCH_ACP_NO_FORMS").is_none(),
     };
     let mut ours = Vec::new();
@@ -794,15 +821,15 @@ async fn bare_cli_first_prompt(
     let _ = cli.close().await;
     let first = first.context("the bare CLI's turn streamed no text")?;
     let requests = fake.model_requests();
-    let bytes = requests
-        .iter()
-        .find(|r| is_turn_request(r, &text))
-        .map_or(0, |r| r.body.len());
+    let turns = turn_requests(env, &requests);
     let at = env.clock.ns(written);
+    let turn = turn_request(&turns, &text, at);
+    let bytes = turn.map_or(0, |t| t.request.body.len());
     let path = env.proxy_chain(
+        &env.proxy_marks(),
         &BARE,
         at,
-        request_at(env, &requests, &text, at),
+        turn.map(|t| t.at),
         env.clock.ns(first),
     );
     Ok((first.duration_since(t).as_secs_f64() * 1e3, path, bytes))
@@ -937,7 +964,10 @@ fn report_steps(
         paths
             .iter()
             .filter_map(|c| {
-                Some(common::span_ms(c, OURS_WRITTEN, 2)? + common::span_ms(c, 6, OURS_READ)?)
+                Some(
+                    common::span_ms(c, OURS_WRITTEN, OURS_STDIN)?
+                        + common::span_ms(c, OURS_DELTA, OURS_READ)?,
+                )
             })
             .collect()
     };

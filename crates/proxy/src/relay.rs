@@ -85,6 +85,7 @@ impl RequestLog {
     fn mark_first_byte(&mut self) {
         if self.ttfb.is_none() {
             self.ttfb = Some(self.started.elapsed());
+            claude_host_trace::mark(claude_host_trace::PROXY_FIRST, &self.session);
         }
     }
 
@@ -300,7 +301,6 @@ impl Relay {
                     }
                     if !self.out.is_empty() || self.finished {
                         self.log.mark_first_byte();
-                        claude_host_trace::mark(claude_host_trace::PROXY_FIRST, &self.log.session);
                         let now = tokio::time::Instant::now();
                         self.last_data = now;
                         self.sleep.as_mut().reset(now + self.ping_interval);

@@ -34,7 +34,8 @@ pub const AHP_PART: &str = "ahp.part";
 pub const CLI_STDIN: &str = "cli.stdin";
 /// The proxy has read a model request's whole body (before it parses it).
 pub const PROXY_REQUEST: &str = "proxy.request";
-/// The proxy has the first frame of the upstream's answer to a model request ready to send.
+/// The proxy has the first frame of the upstream's answer to a model request ready to send
+/// (for an answer that is not streamed, or an error: when it is complete).
 pub const PROXY_FIRST: &str = "proxy.first";
 /// The first `content_block_start` (a response part begins) after a user message was read
 /// from the CLI's stdout.

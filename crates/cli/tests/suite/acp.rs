@@ -188,9 +188,18 @@ fn text(s: &str) -> Vec<ContentBlock> {
     vec![ContentBlock::Text(TextContent::new(s))]
 }
 
+/// `initialize` from a client that can open a link for the user (URL elicitation).
 async fn initialize(cx: &ConnectionTo<Agent>) -> Value {
-    let caps = ClientCapabilities::new()
-        .elicitation(ElicitationCapabilities::new().url(ElicitationUrlCapabilities::new()));
+    initialize_with(
+        cx,
+        ElicitationCapabilities::new().url(ElicitationUrlCapabilities::new()),
+    )
+    .await
+}
+
+/// `initialize` from a client with these elicitation capabilities.
+async fn initialize_with(cx: &ConnectionTo<Agent>, elicitation: ElicitationCapabilities) -> Value {
+    let caps = ClientCapabilities::new().elicitation(elicitation);
     let r = cx
         .send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
         .block_task()
@@ -1067,18 +1076,10 @@ async fn questions_go_to_an_editor_that_shows_forms_as_one_form() {
     let cwd = h.cwd();
     let fake = &h.fake;
     as_client(&mut child, seen, "allow", async move |cx| {
-        let caps = ClientCapabilities::new().elicitation(
-            ElicitationCapabilities::new()
-                .form(ElicitationFormCapabilities::new())
-                .url(ElicitationUrlCapabilities::new()),
-        );
-        timed(
-            "initialize",
-            cx.send_request(InitializeRequest::new(ProtocolVersion::V1).client_capabilities(caps))
-                .block_task(),
-        )
-        .await
-        .unwrap();
+        let forms = ElicitationCapabilities::new()
+            .form(ElicitationFormCapabilities::new())
+            .url(ElicitationUrlCapabilities::new());
+        timed("initialize", initialize_with(&cx, forms)).await;
         let id = new_session(&cx, &cwd).await;
         let r = ask(&cx, &id, "ask me twice").await;
         assert_eq!(r.stop_reason, StopReason::EndTurn);
