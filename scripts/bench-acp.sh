@@ -2,8 +2,8 @@
 # ACP benchmark (results in docs/BENCHMARKS.md): `claude-host acp` against claude-agent-acp
 # (installed here from npm), same client, CLI and fake upstream.
 #
-#   scripts/bench-acp.sh [ROUNDS]     (8 by default: fewer leave the typed first prompt's median
-#                                      noisier than its 5 ms target)
+#   scripts/bench-acp.sh [ROUNDS]     (8 by default, 6 typed first prompts a round on each side:
+#                                      fewer leave their median noisier than its 5 ms target)
 #
 # The peer is the maintained @agentclientprotocol/claude-agent-acp; BENCH_ACP_PEER=zed runs the
 # frozen @zed-industries/claude-agent-acp 0.23.1 instead (what this benchmark ran until
@@ -14,7 +14,8 @@
 # benchmark instead), BENCH_ACP_SAME_TOOLS=1 (claude-host without AskUserQuestion),
 # BENCH_BARE_EXTRAS=session-id,no-websearch,models,compact-window (the bare CLI given what
 # claude-host adds to its CLIs), BENCH_BARE_FRESH=1 (the bare CLI with no session before it),
-# BENCH_ACP_TYPED_FIRST=1 (each agent's typed session before its others),
+# BENCH_ACP_TYPED=<n> (typed first prompts a round), BENCH_ACP_TYPED_FIRST=1 (each agent's
+# typed sessions before its others),
 # BENCH_ACP_TYPED_OWN_DIR=1 (in a project of its own), BENCH_AGENT_LOG=<filter> (each agent's
 # log kept), BENCH_ACP_DUMP=<dir> (every model request of a round written there).
 set -euo pipefail

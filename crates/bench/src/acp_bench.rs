@@ -7,24 +7,25 @@
 //!
 //! Measures what an editor feels: spawn → `initialize` answered, RSS before the first
 //! session, a just-created session's first prompt → first `agent_message_chunk` (sent at
-//! once, as a script would; and 2 s later, as a person types), a later prompt's, and RSS per
-//! idle session (the agent and its CLIs).
+//! once, as a script would; and 2 s later, as a person types, in `TYPED` sessions a round),
+//! a later prompt's, and RSS per idle session (the agent and its CLIs).
 //!
-//! A third line, in the same run, gives the floor under the typed first prompt: the same CLI
+//! A third line, in the same run, gives the floor under the typed first prompts: the same CLI
 //! driven directly over stream-json (no ACP agent, no host), warmed up and cut as claude-host
 //! does, its first prompt 2 s after its spawn → first text delta. Like each agent's typed
-//! session, it is the second of its home and project: a first bare CLI has had the same turns
-//! and is still running (`BENCH_BARE_FRESH=1`: alone). That is what the CLI alone takes for
-//! the first message of a conversation; the host can only add to it.
+//! sessions, the bare CLIs come after a first one in the same home and project that has had
+//! the same turns, and all stay running (`BENCH_BARE_FRESH=1`: no first one). That is what the
+//! CLI alone takes for the first message of a conversation; the host can only add to it.
 //!
-//! Experiments: `BENCH_ACP_TYPED_FIRST=1` runs each agent's typed session before any other,
+//! Experiments: `BENCH_ACP_TYPED=<n>` typed sessions a round (6 unless told);
+//! `BENCH_ACP_TYPED_FIRST=1` runs each agent's typed sessions before any other,
 //! `BENCH_ACP_TYPED_OWN_DIR=1` in a project directory of its own. `BENCH_ACP_DUMP=<dir>`
 //! writes the body of every model request of a round there, in the order the fake got them
 //! (`<side>-<round>-request-<k>.json`).
 //!
-//! The two targets are also printed paired by round (claude-host's typed first prompt less the
-//! floor's of the same round; the peer's later prompts over claude-host's), since a round's
-//! three sides share that minute's machine.
+//! The two targets are also printed paired (each typed first prompt of claude-host less the
+//! floor's of the same round and session; the peer's later prompts over claude-host's, by
+//! round), since a round's three sides share that minute's machine.
 //!
 //! Each prompt's path is also printed step by step (p50/p99): claude-host's own latency
 //! marks (`claude_host_sdk::trace`, turned on in its environment), this client's instants
@@ -68,6 +69,11 @@ const SESSIONS: usize = 4;
 
 /// How long a user takes to type a first prompt after creating a session.
 const TYPING: Duration = Duration::from_secs(2);
+
+/// Typed first prompts per side and round (`BENCH_ACP_TYPED` to change): each in a session of
+/// its own, the second, third, … of its agent, paired with the bare CLI's of the same place.
+/// One per round left a run's median at the mercy of a few of the CLI's slow starts.
+const TYPED: usize = 6;
 
 /// Later prompts per round (after the first), for the later-prompt figure and its steps.
 const LATER: usize = 8;
@@ -154,13 +160,14 @@ struct Figures {
     rss_idle_kib: u64,
     new_session_ms: f64,
     cold_first_chunk_ms: f64,
-    typed_first_chunk_ms: f64,
+    /// One per typed session, in the order they were made.
+    typed_first_chunk_ms: Vec<f64>,
     warm_first_chunk_ms: f64,
     rss_per_session_kib: u64,
     /// The typed first prompt's model request as the fake received it: body bytes, tools.
     request_bytes: usize,
     request_tools: Vec<String>,
-    /// The typed first prompt's path (one) and the later prompts' (`LATER`).
+    /// The typed first prompts' paths (`Env::typed`) and the later prompts' (`LATER`).
     first_path: Vec<common::Chain>,
     later_paths: Vec<common::Chain>,
 }
@@ -183,6 +190,8 @@ struct Env {
     peer_name: String,
     /// The client declares form (and URL) elicitation.
     forms: bool,
+    /// Typed first prompts per side and round.
+    typed: usize,
 }
 
 impl Env {
@@ -424,12 +433,16 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                 f.initialize_ms = started.elapsed().as_secs_f64() * 1e3;
                 f.rss_idle_kib = common::rss_kib(pid);
                 let idle_tree = tree_rss(pid);
-                // The typed session first in its agent, with no other session's CLI beside it.
-                let typed = if typed_first {
-                    Some(typed_prompt(&cx, &mut chunks, &work, side, n, clock).await?)
-                } else {
-                    None
-                };
+                // The typed sessions first in their agent, with no other session's CLI beside
+                // the first.
+                if typed_first {
+                    for j in 0..env.typed {
+                        let (ms, typed) =
+                            typed_prompt(&cx, &mut chunks, &work, side, n, j, clock).await?;
+                        f.typed_first_chunk_ms.push(ms);
+                        sent.push(typed);
+                    }
+                }
                 let t = Instant::now();
                 let id = cx
                     .send_request(NewSessionRequest::new(work.clone()))
@@ -437,10 +450,6 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                     .await?
                     .session_id;
                 f.new_session_ms = t.elapsed().as_secs_f64() * 1e3;
-                if let Some((ms, typed)) = typed {
-                    f.typed_first_chunk_ms = ms;
-                    sent.push(typed);
-                }
                 let mut later = Vec::new();
                 for i in 0..=LATER {
                     while chunks.try_recv().is_ok() {}
@@ -464,18 +473,22 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                 }
                 f.warm_first_chunk_ms = median(later);
                 if !typed_first {
-                    let (ms, typed) = typed_prompt(&cx, &mut chunks, &work, side, n, clock).await?;
-                    f.typed_first_chunk_ms = ms;
-                    // The typed prompt's path goes first.
-                    sent.insert(0, typed);
+                    for j in 0..env.typed {
+                        let (ms, typed) =
+                            typed_prompt(&cx, &mut chunks, &work, side, n, j, clock).await?;
+                        f.typed_first_chunk_ms.push(ms);
+                        // The typed prompts' paths go first.
+                        sent.insert(j, typed);
+                    }
                 }
-                for _ in 2..SESSIONS {
+                let open = 1 + env.typed;
+                for _ in open..SESSIONS {
                     cx.send_request(NewSessionRequest::new(work.clone()))
                         .block_task()
                         .await?;
                 }
                 let all = settled_tree_rss(pid).await;
-                f.rss_per_session_kib = all.saturating_sub(idle_tree) / SESSIONS as u64;
+                f.rss_per_session_kib = all.saturating_sub(idle_tree) / open.max(SESSIONS) as u64;
                 Ok((f, sent))
             },
         )
@@ -508,8 +521,8 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
             ),
             Side::Peer => env.proxy_chain(&proxy_marks, &PEER, s.at, fake_at, s.first_chunk),
         };
-        if i == 0 {
-            if let Some(t) = turn {
+        if i < env.typed {
+            if let Some(t) = turn.filter(|_| i == 0) {
                 figures.request_bytes = t.request.body.len();
                 figures.request_tools = tool_names(t.request);
             }
@@ -536,13 +549,14 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
 }
 
 /// A user creates a session and types for a while before its first prompt: that prompt's
-/// time to the first chunk (ms) and its path's ends.
+/// time to the first chunk (ms) and its path's ends. `j`: which typed session of the round.
 async fn typed_prompt(
     cx: &ConnectionTo<Agent>,
     chunks: &mut mpsc::UnboundedReceiver<Instant>,
     work: &std::path::Path,
     side: Side,
     n: usize,
+    j: usize,
     clock: common::Clock,
 ) -> anyhow::Result<(f64, Sent)> {
     // In a project of its own, the CLI finds no earlier session's files in it.
@@ -560,7 +574,7 @@ async fn typed_prompt(
         .session_id;
     tokio::time::sleep(TYPING).await;
     while chunks.try_recv().is_ok() {}
-    let text = format!("typed ping {side:?} {n}");
+    let text = typed_text(&format!("{side:?}"), n, j);
     let t = Instant::now();
     let answer = cx.send_request(prompt(&typed, &text));
     let first = chunks.recv().await.unwrap_or_else(Instant::now);
@@ -574,6 +588,35 @@ async fn typed_prompt(
             first_chunk: clock.ns(first),
         },
     ))
+}
+
+/// The text of round `n`'s typed prompt `j` on `side`; no prompt's text holds another's.
+fn typed_text(side: &str, n: usize, j: usize) -> String {
+    format!("typed ping {side} {n}/{j}.")
+}
+
+/// A 90 % interval of the median of `v`: the 5th and 95th percentiles of the medians of
+/// 5,000 resamples (with replacement, from a fixed seed, so a run's lists give its figures
+/// again).
+fn median_interval(v: &[f64]) -> (f64, f64) {
+    use rand::{Rng, SeedableRng};
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(32);
+    let medians: Vec<f64> = (0..5_000)
+        .map(|_| {
+            median(
+                (0..v.len())
+                    .map(|_| v[rng.random_range(0..v.len())])
+                    .collect(),
+            )
+        })
+        .collect();
+    (
+        common::quantile(&medians, 0.05),
+        common::quantile(&medians, 0.95),
+    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -643,6 +686,13 @@ async fn main() -> anyhow::Result<()> {
         proxy_trace: (!in_process).then_some(proxy_trace),
         peer_name,
         forms: std::env::var_os("BENCH_ACP_NO_FORMS").is_none(),
+        typed: std::env::var("BENCH_ACP_TYPED")
+            .ok()
+            .map(|t| t.parse())
+            .transpose()
+            .context("BENCH_ACP_TYPED: a number of typed sessions")?
+            .unwrap_or(TYPED)
+            .max(1),
     };
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
@@ -651,7 +701,7 @@ async fn main() -> anyhow::Result<()> {
         // Alternating, so a drift of the machine affects both alike.
         ours.push(round(&env, &fake, Side::Ours, n).await?);
         theirs.push(round(&env, &fake, Side::Peer, n).await?);
-        floor.push(bare_cli_first_prompt(&env, &fake, n).await?);
+        floor.push(bare_cli_first_prompts(&env, &fake, n).await?);
     }
     if std::env::var_os("BENCH_AGENT_LOG").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -659,9 +709,8 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("logs in {}", dir.display());
     }
     report(&env, &ours, &theirs, rounds);
-    let floor_ms: Vec<f64> = floor.iter().map(|(ms, _, _)| *ms).collect();
-    report_floor(&env, &floor_ms, &ours, &theirs);
-    report_paired(&floor_ms, &ours, &theirs);
+    report_floor(&env, &floor, &ours, &theirs);
+    report_paired(&floor, &ours, &theirs);
     report_steps(&env, &ours, &theirs, &floor);
     report_requests(&ours, &theirs, &floor);
     Ok(())
@@ -694,7 +743,7 @@ fn report(env: &Env, ours: &[Figures], theirs: &[Figures], rounds: usize) {
         ),
         (
             "first prompt 2 s after session/new → first chunk (ms)",
-            |f| f.typed_first_chunk_ms,
+            |f| median(f.typed_first_chunk_ms.clone()),
         ),
         ("later prompt → first chunk (ms)", |f| {
             f.warm_first_chunk_ms
@@ -721,14 +770,24 @@ fn report(env: &Env, ours: &[Figures], theirs: &[Figures], rounds: usize) {
     }
 }
 
-/// The typed first prompt on the bare CLI: spawned with a fresh `HOME`, initialized, warmed
-/// up and cut by the same SDK code claude-host uses, then prompted 2 s after the spawn.
-/// Milliseconds from writing the prompt to the first `content_block_delta`.
-async fn bare_cli_first_prompt(
+/// A typed first prompt on the bare CLI: what the floor is made of.
+struct FloorPrompt {
+    /// From writing the prompt to the first `content_block_delta` read.
+    ms: f64,
+    path: common::Chain,
+    /// The model request's body.
+    bytes: usize,
+}
+
+/// The round's typed first prompts on the bare CLI (`Env::typed`), each on a CLI of its own
+/// spawned with the round's fresh `HOME`, initialized, warmed up and cut by the same SDK code
+/// claude-host uses, then prompted 2 s after its spawn; each left running, as each agent's
+/// typed sessions are.
+async fn bare_cli_first_prompts(
     env: &Env,
     fake: &FakeUpstream,
     round: usize,
-) -> anyhow::Result<(f64, common::Chain, usize)> {
+) -> anyhow::Result<Vec<FloorPrompt>> {
     fake.forget_requests();
     let home = env.dir.join(format!("Bare-{round}"));
     let work = home.join("work");
@@ -790,53 +849,64 @@ async fn bare_cli_first_prompt(
         }
         Some(cli)
     };
-    // Timed from the spawn, as claude-host's CLI is started at `session/new`: the prompt
-    // meets the CLI at the same point of its start-up work.
-    let spawned = Instant::now();
-    let mut cli = started_bare_cli(opts).await?;
-    tokio::time::sleep(TYPING.saturating_sub(spawned.elapsed())).await;
-    let text = format!("typed ping Bare {round}");
-    let t = Instant::now();
-    cli.send_user(serde_json::json!(text), None, None).await?;
-    let written = Instant::now();
-    let mut first = None;
-    while let Some(frame) = tokio::time::timeout(Duration::from_secs(30), cli.next_frame())
-        .await
-        .context("the bare CLI did not answer")?
-    {
-        let frame = frame?;
-        let delta = frame.kind == FrameKind::StreamEvent
-            && frame
-                .get("event")
-                .and_then(|e| e.get("type"))
-                .and_then(|t| t.as_str())
-                == Some("content_block_delta");
-        if delta && first.is_none() {
-            first = Some(Instant::now());
+    let mut typed = Vec::new();
+    let mut sends = Vec::new();
+    for j in 0..env.typed {
+        // Timed from the spawn, as claude-host's CLI is started at `session/new`: the prompt
+        // meets the CLI at the same point of its start-up work.
+        let spawned = Instant::now();
+        let mut cli = started_bare_cli(opts.clone()).await?;
+        tokio::time::sleep(TYPING.saturating_sub(spawned.elapsed())).await;
+        let text = typed_text("Bare", round, j);
+        let t = Instant::now();
+        cli.send_user(serde_json::json!(text), None, None).await?;
+        // Before the write (the total) and after it (where the proxy's split begins).
+        sends.push((text, t, Instant::now()));
+        let mut first = None;
+        while let Some(frame) = tokio::time::timeout(Duration::from_secs(30), cli.next_frame())
+            .await
+            .context("the bare CLI did not answer")?
+        {
+            let frame = frame?;
+            let delta = frame.kind == FrameKind::StreamEvent
+                && frame
+                    .get("event")
+                    .and_then(|e| e.get("type"))
+                    .and_then(|t| t.as_str())
+                    == Some("content_block_delta");
+            if delta && first.is_none() {
+                first = Some(Instant::now());
+            }
+            if frame.kind == FrameKind::Result {
+                break;
+            }
         }
-        if frame.kind == FrameKind::Result {
-            break;
-        }
+        typed.push((cli, first.context("the bare CLI's turn streamed no text")?));
     }
-    let _ = cli.close().await;
-    let first = first.context("the bare CLI's turn streamed no text")?;
     let requests = fake.model_requests();
+    dump_requests(&requests, &format!("Bare-{round}"))?;
     let turns = turn_requests(env, &requests);
-    let at = env.clock.ns(written);
-    let turn = turn_request(&turns, &text, at);
-    let bytes = turn.map_or(0, |t| t.request.body.len());
-    let path = env.proxy_chain(
-        &env.proxy_marks(),
-        &BARE,
-        at,
-        turn.map(|t| t.at),
-        env.clock.ns(first),
-    );
-    Ok((first.duration_since(t).as_secs_f64() * 1e3, path, bytes))
+    let marks = env.proxy_marks();
+    let mut prompts = Vec::new();
+    for ((text, t, written), (cli, first)) in sends.into_iter().zip(typed) {
+        let _ = cli.close().await;
+        let at = env.clock.ns(written);
+        let turn = turn_request(&turns, &text, at);
+        prompts.push(FloorPrompt {
+            ms: first.duration_since(t).as_secs_f64() * 1e3,
+            path: env.proxy_chain(&marks, &BARE, at, turn.map(|t| t.at), env.clock.ns(first)),
+            bytes: turn.map_or(0, |t| t.request.body.len()),
+        });
+    }
+    Ok(prompts)
 }
 
 /// A bare CLI spawned, initialized, warmed up and cut by the same SDK code claude-host uses.
-async fn started_bare_cli(opts: SessionOptions) -> anyhow::Result<ClaudeSession> {
+async fn started_bare_cli(mut opts: SessionOptions) -> anyhow::Result<ClaudeSession> {
+    if opts.session_id.is_some() {
+        // Each CLI a session of its own, as claude-host gives each session's CLI.
+        opts.session_id = Some(uuid::Uuid::new_v4().to_string());
+    }
     let mut cli = ClaudeSession::spawn(opts, Arc::new(DenyAll))?;
     cli.initialize(None, serde_json::json!({})).await?;
     cli.warm_up(&uuid::Uuid::new_v4().to_string(), Duration::from_secs(10))
@@ -845,36 +915,46 @@ async fn started_bare_cli(opts: SessionOptions) -> anyhow::Result<ClaudeSession>
     Ok(cli)
 }
 
-fn report_floor(env: &Env, floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
+fn report_floor(env: &Env, floor: &[Vec<FloorPrompt>], ours: &[Figures], theirs: &[Figures]) {
+    let floor: Vec<f64> = floor.iter().flatten().map(|p| p.ms).collect();
     let lo = floor.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = floor.iter().copied().fold(0.0, f64::max);
-    let bare = median(floor.to_vec());
-    let typed = |v: &[Figures]| median(v.iter().map(|f| f.typed_first_chunk_ms).collect());
+    let bare = median(floor);
+    let typed = |v: &[Figures]| {
+        median(
+            v.iter()
+                .flat_map(|f| f.typed_first_chunk_ms.iter().copied())
+                .collect(),
+        )
+    };
     let (ours, theirs) = (typed(ours), typed(theirs));
     let history = if env.bare_fresh {
-        "alone"
+        "with no first session before them"
     } else {
-        "a second session after one of the same turns"
+        "after a first session with the same turns"
     };
     println!();
     println!(
-        "floor: the bare CLI ({history}), warmed up and cut, first prompt 2 s after its spawn → first text delta: \
-         {bare:.1} ms ({lo:.1}..{hi:.1}); claude-host adds {:.1} ms; the peer's figure over this \
-         floor: {:.2}× (the most any host could reach with this CLI's warm-up)",
+        "floor: the bare CLI ({} a round, each a session of its own, {history}), warmed up and cut, \
+         first prompt 2 s after its spawn → first text delta: {bare:.1} ms ({lo:.1}..{hi:.1}); \
+         claude-host's typed first prompts (median of all) add {:.1} ms; the peer's figure over \
+         this floor: {:.2}× (the most any host could reach with this CLI's warm-up)",
+        env.typed,
         ours - bare,
         if bare > 0.0 { theirs / bare } else { 0.0 },
     );
 }
 
-/// The two targets round by round. A round runs claude-host, the peer and the floor one after
-/// the other, so each round's figures share the machine's state of that minute; the medians of
-/// each side above do not pair them, and on a machine whose speed drifts within a run their
-/// difference can be the drift's.
-fn report_paired(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
+/// The two targets paired: each typed first prompt of claude-host less the bare CLI's in the
+/// same place (round and session), and each round's later prompts. A round runs claude-host,
+/// the peer and the floor one after the other, so a pair shares the machine's state of that
+/// minute; the medians of each side above do not pair them, and on a machine whose speed
+/// drifts within a run their difference can be the drift's.
+fn report_paired(floor: &[Vec<FloorPrompt>], ours: &[Figures], theirs: &[Figures]) {
     let over: Vec<f64> = ours
         .iter()
         .zip(floor)
-        .map(|(o, f)| o.typed_first_chunk_ms - f)
+        .flat_map(|(o, f)| o.typed_first_chunk_ms.iter().zip(f).map(|(o, f)| o - f.ms))
         .collect();
     let ratios: Vec<f64> = ours
         .iter()
@@ -888,10 +968,12 @@ fn report_paired(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let (lo, hi) = median_interval(&over);
     println!();
     println!(
-        "paired by round: first prompt, claude-host − floor: median {:+.1} ms, within +5 ms in {} of {} rounds ({}); \
-         later prompts, peer ÷ claude-host: median {:.2}, at least 1.0 in {} of {} rounds ({})",
+        "paired: first prompt, claude-host − floor (same round, same session): median {:+.1} ms \
+         (90 % interval {lo:+.1}..{hi:+.1}), within +5 ms in {} of {} pairs ({}); \
+         later prompts, peer ÷ claude-host by round: median {:.2}, at least 1.0 in {} of {} rounds ({})",
         median(over.clone()),
         over.iter().filter(|d| **d <= 5.0).count(),
         over.len(),
@@ -905,7 +987,7 @@ fn report_paired(floor: &[f64], ours: &[Figures], theirs: &[Figures]) {
 
 /// What each side asked the model for its typed first prompt: the work the CLI, the proxy and
 /// the fake do per request grows with it.
-fn report_requests(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::Chain, usize)]) {
+fn report_requests(ours: &[Figures], theirs: &[Figures], floor: &[Vec<FloorPrompt>]) {
     let bytes = |v: &[Figures]| median(v.iter().map(|f| f.request_bytes as f64).collect());
     let tools = |v: &[Figures]| {
         v.first()
@@ -917,19 +999,14 @@ fn report_requests(ours: &[Figures], theirs: &[Figures], floor: &[(f64, common::
         "model request of the typed first prompt, body bytes (median): claude-host {:.0}, the peer {:.0}, the bare CLI {:.0}",
         bytes(ours),
         bytes(theirs),
-        median(floor.iter().map(|(_, _, b)| *b as f64).collect()),
+        median(floor.iter().flatten().map(|p| p.bytes as f64).collect()),
     );
     println!("tools offered: claude-host [{}]", tools(ours));
     println!("tools offered: the peer [{}]", tools(theirs));
 }
 
 /// Where each prompt's time goes, step by step, on both sides and on the bare CLI.
-fn report_steps(
-    env: &Env,
-    ours: &[Figures],
-    theirs: &[Figures],
-    floor: &[(f64, common::Chain, usize)],
-) {
+fn report_steps(env: &Env, ours: &[Figures], theirs: &[Figures], floor: &[Vec<FloorPrompt>]) {
     let all = |v: &[Figures], f: fn(&Figures) -> &Vec<common::Chain>| -> Vec<common::Chain> {
         v.iter().flat_map(|x| f(x).iter().cloned()).collect()
     };
@@ -953,7 +1030,7 @@ fn report_steps(
         &PEER,
         &all(theirs, |f| &f.later_paths),
     );
-    let bare: Vec<common::Chain> = floor.iter().map(|(_, c, _)| c.clone()).collect();
+    let bare: Vec<common::Chain> = floor.iter().flatten().map(|p| p.path.clone()).collect();
     common::print_steps(
         "the bare CLI, first prompt 2 s after its spawn",
         &BARE,
