@@ -147,6 +147,13 @@ struct Sent {
     first_chunk: u64,
 }
 
+impl Sent {
+    /// From the prompt written to its first chunk read.
+    fn ms(&self) -> f64 {
+        self.first_chunk.saturating_sub(self.at) as f64 / 1e6
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Side {
     Ours,
@@ -416,7 +423,7 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
             async move |cx: ConnectionTo<Agent>| {
                 let mut f = Figures::default();
                 let clock = env.clock;
-                let mut sent: Vec<Sent> = Vec::new();
+                let mut later_sent: Vec<Sent> = Vec::new();
                 let mut caps = ClientCapabilities::new();
                 if env.forms {
                     caps = caps.elicitation(
@@ -435,14 +442,11 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                 let idle_tree = tree_rss(pid);
                 // The typed sessions first in their agent, with no other session's CLI beside
                 // the first.
-                if typed_first {
-                    for j in 0..env.typed {
-                        let (ms, typed) =
-                            typed_prompt(&cx, &mut chunks, &work, side, n, j, clock).await?;
-                        f.typed_first_chunk_ms.push(ms);
-                        sent.push(typed);
-                    }
-                }
+                let mut typed = if typed_first {
+                    typed_prompts(&cx, &mut chunks, &work, env, side, n).await?
+                } else {
+                    Vec::new()
+                };
                 let t = Instant::now();
                 let id = cx
                     .send_request(NewSessionRequest::new(work.clone()))
@@ -462,7 +466,7 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                         f.cold_first_chunk_ms = ms;
                     } else {
                         later.push(ms);
-                        sent.push(Sent {
+                        later_sent.push(Sent {
                             session: id.0.to_string(),
                             text,
                             at: clock.ns(t),
@@ -473,14 +477,9 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                 }
                 f.warm_first_chunk_ms = median(later);
                 if !typed_first {
-                    for j in 0..env.typed {
-                        let (ms, typed) =
-                            typed_prompt(&cx, &mut chunks, &work, side, n, j, clock).await?;
-                        f.typed_first_chunk_ms.push(ms);
-                        // The typed prompts' paths go first.
-                        sent.insert(j, typed);
-                    }
+                    typed = typed_prompts(&cx, &mut chunks, &work, env, side, n).await?;
                 }
+                f.typed_first_chunk_ms = typed.iter().map(Sent::ms).collect();
                 let open = 1 + env.typed;
                 for _ in open..SESSIONS {
                     cx.send_request(NewSessionRequest::new(work.clone()))
@@ -489,12 +488,12 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
                 }
                 let all = settled_tree_rss(pid).await;
                 f.rss_per_session_kib = all.saturating_sub(idle_tree) / open.max(SESSIONS) as u64;
-                Ok((f, sent))
+                Ok((f, typed, later_sent))
             },
         )
         .await
         .map_err(|e| anyhow::anyhow!("{side:?}: {e}"))?;
-    let (mut figures, sent) = figures;
+    let (mut figures, typed, later) = figures;
     let marks = common::Marks::read(
         &env.dir
             .join(format!("{side:?}-{n}"))
@@ -504,7 +503,7 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
     dump_requests(&requests, &format!("{side:?}-{n}"))?;
     let turns = turn_requests(env, &requests);
     let proxy_marks = env.proxy_marks();
-    for (i, s) in sent.iter().enumerate() {
+    let path_of = |s: &Sent| {
         let key = trace::key_of(&s.session);
         let turn = turn_request(&turns, &s.text, s.at);
         let fake_at = turn.map(|t| t.at);
@@ -521,16 +520,17 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
             ),
             Side::Peer => env.proxy_chain(&proxy_marks, &PEER, s.at, fake_at, s.first_chunk),
         };
-        if i < env.typed {
-            if let Some(t) = turn.filter(|_| i == 0) {
-                figures.request_bytes = t.request.body.len();
-                figures.request_tools = tool_names(t.request);
-            }
-            figures.first_path.push(path);
-        } else {
-            figures.later_paths.push(path);
+        (path, turn)
+    };
+    for (j, s) in typed.iter().enumerate() {
+        let (path, turn) = path_of(s);
+        if let Some(t) = turn.filter(|_| j == 0) {
+            figures.request_bytes = t.request.body.len();
+            figures.request_tools = tool_names(t.request);
         }
+        figures.first_path.push(path);
     }
+    figures.later_paths = later.iter().map(|s| path_of(s).0).collect();
     // The client closed the pipes: each agent exits and takes its CLIs with it. The next
     // round starts once all of them are gone, so neither side pays for the other's exit.
     let left = common::tree(pid);
@@ -548,17 +548,16 @@ async fn round(env: &Env, fake: &FakeUpstream, side: Side, n: usize) -> anyhow::
     Ok(figures)
 }
 
-/// A user creates a session and types for a while before its first prompt: that prompt's
-/// time to the first chunk (ms) and its path's ends. `j`: which typed session of the round.
-async fn typed_prompt(
+/// A user creates a session and types for a while before its first prompt, `env.typed`
+/// times: each prompt's path's ends, in order.
+async fn typed_prompts(
     cx: &ConnectionTo<Agent>,
     chunks: &mut mpsc::UnboundedReceiver<Instant>,
     work: &std::path::Path,
+    env: &Env,
     side: Side,
     n: usize,
-    j: usize,
-    clock: common::Clock,
-) -> anyhow::Result<(f64, Sent)> {
+) -> anyhow::Result<Vec<Sent>> {
     // In a project of its own, the CLI finds no earlier session's files in it.
     let work = if std::env::var_os("BENCH_ACP_TYPED_OWN_DIR").is_some() {
         let own = work.with_file_name("typed-work");
@@ -567,27 +566,28 @@ async fn typed_prompt(
     } else {
         work.to_path_buf()
     };
-    let typed = cx
-        .send_request(NewSessionRequest::new(work))
-        .block_task()
-        .await?
-        .session_id;
-    tokio::time::sleep(TYPING).await;
-    while chunks.try_recv().is_ok() {}
-    let text = typed_text(&format!("{side:?}"), n, j);
-    let t = Instant::now();
-    let answer = cx.send_request(prompt(&typed, &text));
-    let first = chunks.recv().await.unwrap_or_else(Instant::now);
-    answer.block_task().await?;
-    Ok((
-        first.duration_since(t).as_secs_f64() * 1e3,
-        Sent {
+    let mut sent = Vec::new();
+    for j in 0..env.typed {
+        let typed = cx
+            .send_request(NewSessionRequest::new(work.clone()))
+            .block_task()
+            .await?
+            .session_id;
+        tokio::time::sleep(TYPING).await;
+        while chunks.try_recv().is_ok() {}
+        let text = typed_text(&format!("{side:?}"), n, j);
+        let t = Instant::now();
+        let answer = cx.send_request(prompt(&typed, &text));
+        let first = chunks.recv().await.unwrap_or_else(Instant::now);
+        answer.block_task().await?;
+        sent.push(Sent {
             session: typed.0.to_string(),
             text,
-            at: clock.ns(t),
-            first_chunk: clock.ns(first),
-        },
-    ))
+            at: env.clock.ns(t),
+            first_chunk: env.clock.ns(first),
+        });
+    }
+    Ok(sent)
 }
 
 /// The text of round `n`'s typed prompt `j` on `side`; no prompt's text holds another's.
@@ -849,8 +849,9 @@ async fn bare_cli_first_prompts(
         }
         Some(cli)
     };
+    // Each prompt's text, its CLI, and when it was written (before and after the write: the
+    // total starts before, the proxy's split after) and its first delta read.
     let mut typed = Vec::new();
-    let mut sends = Vec::new();
     for j in 0..env.typed {
         // Timed from the spawn, as claude-host's CLI is started at `session/new`: the prompt
         // meets the CLI at the same point of its start-up work.
@@ -860,8 +861,7 @@ async fn bare_cli_first_prompts(
         let text = typed_text("Bare", round, j);
         let t = Instant::now();
         cli.send_user(serde_json::json!(text), None, None).await?;
-        // Before the write (the total) and after it (where the proxy's split begins).
-        sends.push((text, t, Instant::now()));
+        let written = Instant::now();
         let mut first = None;
         while let Some(frame) = tokio::time::timeout(Duration::from_secs(30), cli.next_frame())
             .await
@@ -881,14 +881,15 @@ async fn bare_cli_first_prompts(
                 break;
             }
         }
-        typed.push((cli, first.context("the bare CLI's turn streamed no text")?));
+        let first = first.context("the bare CLI's turn streamed no text")?;
+        typed.push((text, cli, t, written, first));
     }
     let requests = fake.model_requests();
     dump_requests(&requests, &format!("Bare-{round}"))?;
     let turns = turn_requests(env, &requests);
     let marks = env.proxy_marks();
     let mut prompts = Vec::new();
-    for ((text, t, written), (cli, first)) in sends.into_iter().zip(typed) {
+    for (text, cli, t, written, first) in typed {
         let _ = cli.close().await;
         let at = env.clock.ns(written);
         let turn = turn_request(&turns, &text, at);
